@@ -1,0 +1,205 @@
+"""The ``gradleak-bench`` command line: a thin layer over the Python API.
+
+Every command prints one clear message and exits non-zero on bad input (exit code 2), with no traceback;
+``evaluate`` exits 3 when some episodes failed (their rows say why; the others are scored and saved).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gradleak_bench.errors import GradleakError
+
+app = typer.Typer(
+    name="gradleak-bench",
+    help=(
+        "Measure how much an embodied robot's private experience leaks through the policy gradients it "
+        "shares.\n\nStart with `gradleak-bench list`, then `gradleak-bench evaluate closed_form` (scores the "
+        "closed-form action attack on the PointNav held-out split). Write your own attack as a class with "
+        "`name`, `fields` and `reconstruct(episode, victim)` and run it with "
+        "`gradleak-bench evaluate path/to/my_attack.py:MyAttack` (docs/write-an-attack.md)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+@app.command("list")
+def list_() -> None:
+    """Show the tasks, victims and checkpoints, attacks, defenses and metrics you can use."""
+    from gradleak_bench import plugins
+    from gradleak_bench.metrics import all_metrics
+    from gradleak_bench.tasks import TASKS
+    from gradleak_bench.victims.checkpoint import find_checkpoint
+    from gradleak_bench.victims.zoo import CHECKPOINTS, VICTIMS
+
+    import gradleak_bench.baselines  # noqa: F401
+
+    table = Table(title="tasks", show_lines=False)
+    for col in ("task", "gym id", "actions", "victims", "description"):
+        table.add_column(col)
+    for t in TASKS.values():
+        table.add_row(t.name, t.gym_id, str(t.n_actions), ", ".join(t.victims), t.description)
+    console.print(table)
+
+    table = Table(title="victims (task/victim: checkpoints; * = available without training)")
+    for col in ("victim", "algorithm", "policy", "checkpoints", "description"):
+        table.add_column(col)
+    for v in VICTIMS.values():
+        marks = [c + ("*" if c == "init" or find_checkpoint(v, c) else "") for c in CHECKPOINTS]
+        table.add_row(v.key, v.algo, v.policy, " ".join(marks), v.description)
+    console.print(table)
+
+    for kind in ("attack", "defense"):
+        table = Table(title=f"{kind}s (or module:Class, or path/to/file.py:Class)")
+        table.add_column("name")
+        table.add_column("what it does")
+        for spec in plugins.installed(kind).values():
+            table.add_row(spec.name, spec.summary)
+        console.print(table)
+
+    table = Table(title="metrics (scored when an attack reconstructs the field)")
+    for col in ("metric", "field", "better", "description"):
+        table.add_column(col)
+    for m in all_metrics():
+        table.add_row(m.name, m.field, "higher" if m.higher_is_better else "lower", m.description)
+    console.print(table)
+
+
+@app.command()
+def generate(
+    task: str = typer.Argument("PointNav", help="task name, e.g. PointNav or ActivePerception"),
+    split: str = typer.Option("test", help="train, val or test (the held-out layouts)"),
+    victim: Optional[str] = typer.Option(None, help="victim of the task (default: the task's first)"),
+    checkpoint: str = typer.Option("init", help="init or trained"),
+    episodes: Optional[int] = typer.Option(None, help="episodes per layout (default: the task's standard)"),
+    seed: int = typer.Option(0, help="dataset seed (the standard split uses 0)"),
+    out: Optional[Path] = typer.Option(None, help="output .h5 file (default: the cache)"),
+) -> None:
+    """Generate (or re-verify) an episode dataset and print its sha256 and a summary.
+
+    The victim checkpoint acts in each layout of the split; the same arguments give byte-identical content
+    on any machine of the same kind, and standard datasets are checked against the split manifest.
+    """
+    import numpy as np
+
+    from gradleak_bench import dataset as datasets
+
+    config = datasets.standard_config(task, victim, checkpoint, split, episodes, seed)
+    ds = datasets.load_or_generate(config, path=out)
+    official = datasets.check_official(ds)
+    eps = list(ds)
+    lengths = np.array([e.length for e in eps])
+    actions = np.concatenate([e.steps["action"] for e in eps])
+    rewards = np.array([e.steps["reward"].sum() for e in eps])
+    table = Table(title=f"dataset {config.key}")
+    table.add_column("")
+    table.add_column("value")
+    table.add_row("file", str(ds.path))
+    table.add_row("sha256", ds.sha256)
+    table.add_row("manifest", {True: "matches the official checksum", None: "no official checksum recorded"}[official])
+    table.add_row("episodes x steps", f"{len(eps)} episodes, {lengths.sum()} steps (length {lengths.min()}-{lengths.max()})")
+    table.add_row("layouts", ", ".join(str(x) for x in sorted({e.layout_id for e in eps})))
+    table.add_row("action histogram", str(np.bincount(actions).tolist()))
+    table.add_row("episode return", f"mean {rewards.mean():.3f}, min {rewards.min():.3f}, max {rewards.max():.3f}")
+    table.add_row("truth fields", ", ".join(sorted(eps[0].steps)))
+    console.print(table)
+    print(ds.sha256)
+
+
+@app.command()
+def evaluate(
+    attack: str = typer.Argument(..., help="registered name (see `list`), module:Class, or path/to/file.py:Class"),
+    task: str = typer.Option("PointNav", help="task name"),
+    defense: str = typer.Option("none", help="registered name, module:Class, or path/to/file.py:Class"),
+    victim: Optional[str] = typer.Option(None, help="victim of the task (default: the task's first)"),
+    checkpoint: str = typer.Option("init", help="victim checkpoint: init or trained"),
+    split: str = typer.Option("test", help="test (held-out layouts), val or train"),
+    episodes: Optional[int] = typer.Option(None, help="score only the first N episodes (one per layout in turn)"),
+    seed: int = typer.Option(0, help="seed of the defense's randomness and the bootstrap"),
+    out: Path = typer.Option(Path("runs/latest"), help="output folder (results.json, episodes.csv, pictures)"),
+    wandb: str = typer.Option("offline", help="W&B mode: offline (default, no account needed), online or disabled"),
+    attack_param: list[str] = typer.Option([], "--attack-param", "-A", help="attack parameter KEY=VALUE (repeatable)"),
+    defense_param: list[str] = typer.Option([], "--defense-param", "-D", help="defense parameter KEY=VALUE (repeatable)"),
+    control: bool = typer.Option(True, help="also score the no-leak control (the attack fed another episode's gradients)"),
+) -> None:
+    """Score an attack on a task's held-out episodes, behind a defense.
+
+    Writes OUT/results.json (metrics with 95% bootstrap CIs, the control and the leakage = metric - control),
+    OUT/episodes.csv (one row per episode), reconstruction pictures when images are reconstructed, and a W&B
+    run (offline unless --wandb online).
+
+    Example: gradleak-bench evaluate closed_form --defense topk -D keep=0.1
+    """
+    from gradleak_bench import plugins
+    from gradleak_bench.runner import EvaluateConfig
+    from gradleak_bench.runner import evaluate as run_evaluate
+
+    if wandb not in ("offline", "online", "disabled"):
+        raise GradleakError(f"--wandb must be offline, online or disabled, not {wandb!r}")
+    config = EvaluateConfig(
+        attack=attack, task=task, victim=victim, checkpoint=checkpoint, defense=defense, split=split,
+        episodes=episodes, seed=seed, attack_params=plugins.parse_params(attack_param),
+        defense_params=plugins.parse_params(defense_param), out=str(out), wandb=wandb, control=control,
+    )
+    result = run_evaluate(config)
+    print_summary(result.summary)
+    for row in result.rows:
+        if row.status != "ok":
+            err_console.print(f"[red]episode {row.episode_id} failed:[/red] {row.error}")
+    console.print(f"results: {result.out / 'results.json'}")
+    if result.n_failed:
+        err_console.print(f"[red]{result.n_failed} of {len(result.rows)} episodes failed[/red] (rows kept in episodes.csv)")
+        raise typer.Exit(3)
+
+
+def print_summary(summary: dict) -> None:
+    title = (f"{summary['attack']} on {summary['task']} ({summary['checkpoint_id']}), defense {summary['defense']}, "
+             f"{summary['split']} split: {summary['n_episodes'] - summary['n_failed']}/{summary['n_episodes']} episodes, "
+             f"{summary['ms_per_frame']:.2f} ms/frame")
+    table = Table(title=title)
+    for col in ("metric", "mean [95% CI]", "control", "leakage (metric - control)"):
+        table.add_column(col)
+    fmt = lambda m: f"{m['mean']:.4g} [{m['ci_low']:.4g}, {m['ci_high']:.4g}]"  # noqa: E731
+    for name, m in summary["metrics"].items():
+        table.add_row(name, fmt(m), fmt(m["control"]) if "control" in m else "-", fmt(m["leakage"]) if "leakage" in m else "-")
+    console.print(table)
+
+
+@app.command("train-victim")
+def train_victim(
+    task: str = typer.Argument("PointNav", help="task name"),
+    victim: Optional[str] = typer.Option(None, help="victim of the task"),
+    budget: Optional[int] = typer.Option(None, help="environment steps (default: the victim's fixed budget)"),
+    eval_episodes: int = typer.Option(24, help="val episodes for the success rate"),
+) -> None:
+    """Train a victim's `trained` checkpoint on the train layouts (resumable; cached by config hash) and
+    report its success rate on val beside a random policy's."""
+    from gradleak_bench.victims.training import train
+
+    report = train(task, victim, budget=budget, eval_episodes=eval_episodes)
+    console.print_json(json.dumps(report))
+
+
+def main() -> None:
+    try:
+        app()
+    except GradleakError as exc:
+        err_console.print(f"[bold red]error:[/bold red] {exc}")
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err_console.print("interrupted; finished results are kept")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""Episode datasets: the fixed held-out (and train/val) episodes, generated deterministically by a victim
+checkpoint acting in a split's layouts, stored as HDF5 (no pickle), identified by a content sha256.
+
+The sha256 covers the dataset's metadata and every array's name, dtype, shape and bytes in a fixed order,
+so it does not depend on HDF5's file layout. Gradients are not stored: they are a pure function of the
+checkpoint, the loss and a step, and are recomputed by :mod:`gradleak_bench.stream`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import h5py
+import numpy as np
+import torch
+
+from gradleak_bench import splits
+from gradleak_bench.errors import ChecksumMismatchError, CorruptFileError
+from gradleak_bench.paths import cache_dir
+from gradleak_bench.records import Episode
+from gradleak_bench.tasks import get_task
+from gradleak_bench.victims.checkpoint import LoadedVictim, load_victim
+from gradleak_bench.victims.policies import PolicyActor
+from gradleak_bench.victims.targets import loss_targets, stack_obs
+
+FORMAT = "gradleak-bench-episodes/1"
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    """Everything that determines a dataset's content."""
+
+    task: str
+    victim: str
+    checkpoint: str
+    split: str = "test"
+    episodes_per_layout: int = 4
+    sequence_length: int = 8
+    seed: int = 0
+    manifest: str = splits.MANIFEST_VERSION
+
+    @property
+    def key(self) -> str:
+        return (f"{self.task}-{self.victim}-{self.checkpoint}-{self.split}-e{self.episodes_per_layout}"
+                f"-t{self.sequence_length}-s{self.seed}-{self.manifest}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def standard_config(task: str, victim: str | None = None, checkpoint: str = "init", split: str = "test",
+                    episodes_per_layout: int | None = None, seed: int = 0) -> DatasetConfig:
+    spec = get_task(task)
+    return DatasetConfig(
+        task=spec.name, victim=victim or spec.default_victim, checkpoint=checkpoint, split=split,
+        episodes_per_layout=spec.episodes_per_layout if episodes_per_layout is None else episodes_per_layout,
+        sequence_length=spec.sequence_length, seed=seed,
+    )
+
+
+def episode_seed(seed: int, layout_id: int, index: int) -> int:
+    """A per-episode seed independent of generation order (so shards give the same episodes)."""
+    return int(np.random.SeedSequence([seed, layout_id, index]).generate_state(1)[0])
+
+
+def _truth_step(task_fields: tuple[tuple[str, ...], tuple[str, ...]], obs: Any, info: dict) -> dict:
+    obs_fields, info_fields = task_fields
+    step = {}
+    for name in obs_fields:
+        value = obs[name] if isinstance(obs, dict) else obs
+        step[name] = value[..., 0] if name == "depth" and value.ndim == 3 else value
+    for name in info_fields:
+        step[name] = info[name]
+    step["pose"] = np.asarray(info["pose"], dtype=np.float32)
+    return step
+
+
+def generate_episode(env: gym.Env, victim: LoadedVictim, layout_id: int, seed: int, length: int,
+                     episode_id: str) -> Episode:
+    """One episode of at most ``length`` steps of the victim acting in ``layout_id``."""
+    task = get_task(victim.spec.task)
+    fields = (task.obs_fields, task.info_fields)
+    actor = PolicyActor(victim.policy, victim.spec.algo, victim.spec.exploration_eps)
+    rng = np.random.default_rng(seed)
+    obs, info = env.reset(seed=seed, options={"layout_id": layout_id})
+    steps, observations, actions, rewards = [], [], [], []
+    terminated = False
+    for _ in range(length):
+        steps.append(_truth_step(fields, obs, info))
+        observations.append(obs)
+        action = actor.act(obs, rng)
+        obs, reward, terminated, truncated, info = env.step(action)
+        actions.append(action)
+        rewards.append(reward)
+        if terminated or truncated:
+            break
+    arrays = {k: np.stack([s[k] for s in steps]) for k in steps[0]}
+    arrays["action"] = np.asarray(actions, dtype=np.int64)
+    arrays["reward"] = np.asarray(rewards, dtype=np.float32)
+    arrays.update(loss_targets(victim.policy, victim.spec.loss, stack_obs(observations), arrays["action"],
+                               arrays["reward"], bool(terminated), obs))
+    return Episode(episode_id=episode_id, task=task.name, layout_id=layout_id, seed=seed, steps=arrays)
+
+
+def plan(config: DatasetConfig) -> list[tuple[str, int, int]]:
+    """(episode_id, layout_id, episode seed) of every episode of the dataset, in canonical order."""
+    return [
+        (f"L{layout:03d}-E{index:02d}", layout, episode_seed(config.seed, layout, index))
+        for layout in splits.layouts(config.split, config.manifest)
+        for index in range(config.episodes_per_layout)
+    ]
+
+
+def generate(config: DatasetConfig, progress: bool = True) -> list[Episode]:
+    """All episodes of ``config`` (deterministic: the same config gives the same arrays)."""
+    from tqdm.auto import tqdm
+
+    victim = load_victim(config.task, config.victim, config.checkpoint)
+    task = get_task(config.task)
+    env = gym.make(task.gym_id, layouts=config.split, image_size=victim.spec.image_size)
+    # One thread: conv kernels may sum in another order with more threads, changing the stored targets.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return [
+            generate_episode(env.unwrapped, victim, layout, seed, config.sequence_length, episode_id)
+            for episode_id, layout, seed in tqdm(plan(config), desc=f"generate {config.key}", disable=not progress)
+        ]
+    finally:
+        torch.set_num_threads(threads)
+        env.close()
+
+
+# --- storage -------------------------------------------------------------------------------------------
+
+
+def content_sha256(meta: dict[str, Any], episodes: list[Episode]) -> str:
+    digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode())
+    for ep in sorted(episodes, key=lambda e: e.episode_id):
+        digest.update(f"{ep.episode_id}|{ep.layout_id}|{ep.seed}".encode())
+        for name in sorted(ep.steps):
+            arr = np.ascontiguousarray(ep.steps[name])
+            digest.update(f"|{name}|{arr.dtype.str}|{arr.shape}|".encode())
+            digest.update(arr.tobytes())
+    return digest.hexdigest()
+
+
+def write(path: Path, config: DatasetConfig, episodes: list[Episode]) -> str:
+    """Write the dataset atomically; returns its content sha256."""
+    meta = {"format": FORMAT, "config": config.to_dict()}
+    sha = content_sha256(meta, episodes)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with h5py.File(tmp, "w", track_order=True) as f:
+        f.attrs["meta"] = json.dumps(meta, sort_keys=True)
+        f.attrs["sha256"] = sha
+        group = f.create_group("episodes", track_order=True)
+        for ep in episodes:
+            g = group.create_group(ep.episode_id)
+            g.attrs["layout_id"], g.attrs["seed"], g.attrs["task"] = ep.layout_id, ep.seed, ep.task
+            for name, arr in ep.steps.items():
+                g.create_dataset(name, data=arr, compression="gzip" if arr.ndim >= 3 else None,
+                                 track_times=False)
+    os.replace(tmp, path)
+    return sha
+
+
+@dataclass(frozen=True)
+class EpisodeDataset:
+    """A dataset file opened for streaming: episodes are read one at a time."""
+
+    path: Path
+    config: DatasetConfig
+    sha256: str
+    episode_ids: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.episode_ids)
+
+    def episode(self, episode_id: str) -> Episode:
+        with h5py.File(self.path, "r") as f:
+            return _read_episode(f["episodes"][episode_id], episode_id)
+
+    def __iter__(self) -> Iterator[Episode]:
+        with h5py.File(self.path, "r") as f:
+            for episode_id in self.episode_ids:
+                yield _read_episode(f["episodes"][episode_id], episode_id)
+
+    def verify(self) -> str:
+        """Recompute the content sha256; raise if it differs from the one stored in the file."""
+        episodes = list(self)
+        meta = {"format": FORMAT, "config": self.config.to_dict()}
+        actual = content_sha256(meta, episodes)
+        if actual != self.sha256:
+            raise ChecksumMismatchError(
+                f"{self.path}: content sha256 {actual[:16]}... differs from the recorded {self.sha256[:16]}...: "
+                "the file was modified or is corrupt. Delete it and run `gradleak-bench generate` again."
+            )
+        return actual
+
+
+def _read_episode(group: h5py.Group, episode_id: str) -> Episode:
+    steps = {name: group[name][()] for name in group}
+    return Episode(episode_id=episode_id, task=str(group.attrs["task"]), layout_id=int(group.attrs["layout_id"]),
+                   seed=int(group.attrs["seed"]), steps=steps)
+
+
+def open_dataset(path: Path) -> EpisodeDataset:
+    try:
+        with h5py.File(path, "r") as f:
+            meta = json.loads(f.attrs["meta"])
+            if meta.get("format") != FORMAT:
+                raise CorruptFileError(f"{path} is not a gradleak-bench episode file (format {meta.get('format')!r})")
+            return EpisodeDataset(Path(path), DatasetConfig(**meta["config"]), str(f.attrs["sha256"]),
+                                  tuple(sorted(f["episodes"].keys())))
+    except (OSError, KeyError, json.JSONDecodeError, TypeError) as exc:
+        raise CorruptFileError(f"cannot read episode dataset {path}: {exc}. Delete it and generate it again.") from exc
+
+
+def default_path(config: DatasetConfig) -> Path:
+    return cache_dir() / "datasets" / f"{config.key}.h5"
+
+
+def check_official(dataset: EpisodeDataset) -> bool | None:
+    """True/False when the manifest records a checksum for this config, None when it records none."""
+    official = splits.official_checksum(dataset.config.key, dataset.config.manifest)
+    if official is None:
+        return None
+    if official != dataset.sha256:
+        raise ChecksumMismatchError(
+            f"dataset {dataset.path} ({dataset.config.key}) has sha256 {dataset.sha256[:16]}..., but the split "
+            f"manifest {dataset.config.manifest} records {official[:16]}... for it. Regenerate it with "
+            f"`gradleak-bench generate {dataset.config.task} --split {dataset.config.split}` on this code version."
+        )
+    return True
+
+
+def load_or_generate(config: DatasetConfig, path: Path | None = None, progress: bool = True) -> EpisodeDataset:
+    """Open the dataset of ``config`` from the cache, generating it first when absent; verify checksums."""
+    path = Path(path) if path else default_path(config)
+    if not path.is_file():
+        write(path, config, generate(config, progress=progress))
+    dataset = open_dataset(path)
+    if dataset.config != config:
+        raise CorruptFileError(f"{path} holds dataset {dataset.config.key}, not {config.key}")
+    dataset.verify()
+    check_official(dataset)
+    return dataset

@@ -1,0 +1,58 @@
+"""Typed errors. Each carries a message that names the problem and the fix; the CLI prints it without a
+traceback and exits non-zero."""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class GradleakError(Exception):
+    """Base class of every error the user is meant to read."""
+
+
+class UnknownNameError(GradleakError, KeyError):
+    """A task, split, victim, checkpoint, attack, defense or metric name that is not registered."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str]):
+        known = sorted(known)
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        super().__init__(f"unknown {kind} {name!r}.{hint} Known: {', '.join(known) or '(none)'}.")
+        self.kind, self.name, self.known = kind, name, known
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return self.args[0]
+
+
+class InvalidLayoutError(GradleakError, ValueError):
+    """A layout id outside the task's range or outside the requested split."""
+
+
+class ChecksumMismatchError(GradleakError):
+    """A dataset whose content hash differs from the one the split manifest records."""
+
+
+class CorruptFileError(GradleakError):
+    """A checkpoint, dataset or result file that cannot be read as what it claims to be."""
+
+
+class PluginLoadError(GradleakError):
+    """A plug-in reference (name, module:Class, path.py:Class, entry point) that cannot be imported."""
+
+
+class PluginContractError(GradleakError):
+    """A plug-in that returned something the harness cannot score (wrong shapes, types, fields)."""
+
+
+class InvalidGradientError(GradleakError, ValueError):
+    """A released gradient holding NaN or Inf, or with the wrong parameter names or shapes."""
+
+
+class MissingDependencyError(GradleakError, ImportError):
+    """An optional dependency (ray, ai2thor, habitat_sim, ...) that is needed but not installed."""
+
+    def __init__(self, package: str, extra: str, purpose: str):
+        super().__init__(
+            f"{purpose} needs the optional package {package!r}, which is not installed. "
+            f"Install it with: pip install 'gradleak-bench[{extra}]'"
+        )

@@ -1,0 +1,125 @@
+"""Metric specs and the registry that finds them by name.
+
+A metric is data: a :class:`MetricSpec` names the truth field it scores and a plain function
+``fn(recon, truth) -> np.ndarray`` over one episode. The runner pairs a reconstruction field with the truth
+field of the same name (see :mod:`gradleak_bench.records`) and calls every metric registered for it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from gradleak_bench.errors import UnknownNameError
+
+MetricFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric over one episode of one field.
+
+    Attributes:
+        name: Registry key, e.g. ``"rgb_psnr"``.
+        field: The truth / reconstruction field it compares, e.g. ``"rgb"``.
+        fn: ``fn(recon, truth)`` on arrays of shape ``(T, ...)``. Returns ``(T,)`` per-step values when
+            ``per_step``, else a 1-element array for the whole episode. A step whose reconstruction holds
+            NaN or Inf scores NaN (the runner counts it as a failed frame); ``fn`` never raises for that.
+        higher_is_better: Direction, for leaderboards and control-vs-attack differences.
+        unit: Display unit, e.g. ``"dB"``, ``"%"``, ``"m"``, ``""``.
+        description: One line saying exactly what is computed, ranges and caps included.
+        per_step: Whether ``fn`` returns one value per step (True) or one per episode (False).
+    """
+
+    name: str
+    field: str
+    fn: MetricFn
+    higher_is_better: bool
+    unit: str
+    description: str
+    per_step: bool
+
+
+_REGISTRY: dict[str, MetricSpec] = {}
+
+
+def register_metric(spec: MetricSpec, *, replace: bool = False) -> MetricSpec:
+    """Add ``spec`` to the registry and return it.
+
+    Args:
+        spec: The metric to register.
+        replace: Allow overwriting a metric of the same name (a plug-in refining a built-in).
+
+    Raises:
+        ValueError: If the name is taken and ``replace`` is false; silently shadowing a metric would
+            change published numbers.
+
+    Example:
+        >>> import numpy as np
+        >>> spec = MetricSpec("demo_abs", "reward", lambda r, t: np.abs(r - t), False, "", "|r - t|", True)
+        >>> register_metric(spec).name
+        'demo_abs'
+        >>> _ = _REGISTRY.pop("demo_abs")  # keep the doctest from leaking into the registry
+    """
+    if spec.name in _REGISTRY and not replace:
+        raise ValueError(f"metric {spec.name!r} is already registered; pass replace=True to overwrite it.")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def get_metric(name: str) -> MetricSpec:
+    """Look a metric up by name.
+
+    Raises:
+        UnknownNameError: With close-match suggestions, if no metric has that name.
+
+    Example:
+        >>> import gradleak_bench.metrics  # registers the built-ins
+        >>> get_metric("rgb_psnr").field
+        'rgb'
+    """
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownNameError("metric", name, _REGISTRY) from None
+
+
+def all_metrics() -> list[MetricSpec]:
+    """Every registered metric, in registration order."""
+    return list(_REGISTRY.values())
+
+
+def metrics_for_fields(fields: Iterable[str]) -> list[MetricSpec]:
+    """The registered metrics that score any of ``fields``, in registration order.
+
+    Example:
+        >>> import gradleak_bench.metrics
+        >>> [m.name for m in metrics_for_fields(["action"])]
+        ['action_accuracy', 'action_hist_tv']
+    """
+    wanted = set(fields)
+    return [spec for spec in _REGISTRY.values() if spec.field in wanted]
+
+
+# Helpers shared by the metric modules (kept here so every metric applies the same rules).
+
+
+def require_same_shape(metric: str, recon: np.ndarray, truth: np.ndarray) -> None:
+    """Raise ``ValueError`` unless ``recon`` and ``truth`` have the same shape.
+
+    A wrong shape is a contract violation by the attack, not a bad reconstruction, so it is loud.
+    """
+    if recon.shape != truth.shape:
+        raise ValueError(
+            f"{metric}: reconstruction shape {recon.shape} differs from truth shape {truth.shape}; "
+            "an attack must return each field with the truth's per-episode shape (T, ...)."
+        )
+
+
+def finite_steps(values: np.ndarray) -> np.ndarray:
+    """``(T,)`` mask of the steps whose entries are all finite (integer arrays are always finite)."""
+    values = np.asarray(values)
+    if not np.issubdtype(values.dtype, np.inexact):
+        return np.ones(len(values), dtype=bool)
+    return np.isfinite(values.reshape(len(values), -1)).all(axis=1)

@@ -1,0 +1,477 @@
+"""Exact, vectorised per-sample gradients of a victim's own stable-baselines3 loss.
+
+The per-sample gradient of a sample is what SB3's own ``train()`` puts in ``.grad`` for a minibatch that
+holds only that sample, before gradient-norm clipping (clipping is a defense, not part of the loss). The
+engine reproduces each algorithm's loss line by line on a batch of one, and vectorises it over the batch
+with :mod:`torch.func` (``vmap`` of ``grad``), so row ``i`` of every output equals SB3's gradient on
+sample ``i`` alone. ``tests/test_gradient_exactness.py`` checks this against ``model.train()`` itself.
+
+A faster path (:class:`_LayerwiseEngine`) computes the same gradients from one batched backward pass and
+per-layer outer products, for policies built only from ``Linear`` and ``Conv2d`` layers; it is used only
+where it applies and is tested to agree with the ``vmap`` path.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from stable_baselines3.common.policies import BasePolicy
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from gradleak_bench.records import LossSpec
+
+ALGOS = ("ppo", "a2c", "dqn", "reinforce")
+
+# Which optional LossInputs fields each algorithm's loss reads (old_log_prob is optional for PPO).
+_REQUIRED_FIELDS = {
+    "ppo": ("advantages", "returns"),
+    "a2c": ("advantages", "returns"),
+    "reinforce": ("returns",),
+    "dqn": ("q_targets",),
+}
+_OPTIONAL_FIELDS = {"ppo": ("old_log_prob",), "a2c": (), "reinforce": (), "dqn": ()}
+
+Obs = torch.Tensor | Mapping[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """A batch of samples in the policy's own input format, each to be differentiated on its own.
+
+    Attributes:
+        obs: What ``policy.obs_to_tensor(np_obs)[0]`` returns: batch-first, channel-first images (uint8 or
+            float; SB3's preprocessing scales them), or a dict of such tensors for ``Dict`` spaces.
+        actions: ``(B,)`` int64 discrete actions.
+        advantages: ``(B,)`` advantages as the loss uses them (PPO, A2C).
+        returns: ``(B,)`` value targets (PPO, A2C) or Monte-Carlo returns (REINFORCE).
+        old_log_prob: ``(B,)`` PPO behaviour log-probabilities; ``None`` means the current ones (ratio 1,
+            as at the capture checkpoint).
+        q_targets: ``(B,)`` DQN TD targets, computed beforehand with the target network.
+    """
+
+    obs: Obs
+    actions: torch.Tensor
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    old_log_prob: torch.Tensor | None = None
+    q_targets: torch.Tensor | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.actions.shape[0])
+
+
+@contextlib.contextmanager
+def _distribution_validation_off() -> Iterator[None]:
+    """Turn off torch.distributions argument checks, restoring the previous default afterwards.
+
+    The checks branch on tensor values (``if not valid.all(): raise``), which ``vmap`` cannot trace. They
+    only raise errors; they never change a value, so the loss stays exactly SB3's.
+    """
+    previous = torch.distributions.Distribution._validate_args
+    torch.distributions.Distribution.set_default_validate_args(False)
+    try:
+        yield
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(previous)
+
+
+def _add_batch_dim(obs: Obs) -> Obs:
+    """One sample -> a minibatch of one, the shape SB3's networks expect."""
+    if isinstance(obs, Mapping):
+        return {key: value.unsqueeze(0) for key, value in obs.items()}
+    return obs.unsqueeze(0)
+
+
+# --- SB3's losses on a minibatch of one, transcribed from {ppo,a2c,dqn}.py train() ------------------
+
+def _ppo_loss(policy: nn.Module, spec: LossSpec, s: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """``PPO.train`` (no value clipping; advantage normalisation is skipped for a minibatch of one)."""
+    values, log_prob, entropy = policy.evaluate_actions(_add_batch_dim(s["obs"]), s["actions"].reshape(1))
+    values = values.flatten()
+    advantages = s["advantages"].reshape(1)
+    # old_log_prob absent: the rollout buffer's constant copy of the current log-prob (ratio 1).
+    old_log_prob = s["old_log_prob"].reshape(1) if "old_log_prob" in s else log_prob.detach()
+    ratio = torch.exp(log_prob - old_log_prob)
+    policy_loss_1 = advantages * ratio
+    policy_loss_2 = advantages * torch.clamp(ratio, 1 - spec.clip_range, 1 + spec.clip_range)
+    policy_loss = -torch.min(policy_loss_1, policy_loss_2).mean()
+    value_loss = F.mse_loss(s["returns"].reshape(1), values)
+    entropy_loss = -torch.mean(-log_prob) if entropy is None else -torch.mean(entropy)
+    return policy_loss + spec.ent_coef * entropy_loss + spec.vf_coef * value_loss
+
+
+def _a2c_loss(policy: nn.Module, spec: LossSpec, s: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """``A2C.train`` with the advantage used as given."""
+    values, log_prob, entropy = policy.evaluate_actions(_add_batch_dim(s["obs"]), s["actions"].reshape(1))
+    values = values.flatten()
+    policy_loss = -(s["advantages"].reshape(1) * log_prob).mean()
+    value_loss = F.mse_loss(s["returns"].reshape(1), values)
+    entropy_loss = -torch.mean(-log_prob) if entropy is None else -torch.mean(entropy)
+    return policy_loss + spec.ent_coef * entropy_loss + spec.vf_coef * value_loss
+
+
+def _reinforce_loss(policy: nn.Module, spec: LossSpec, s: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """``Reinforce.train``: Monte-Carlo return as the weight, no value loss."""
+    _, log_prob, entropy = policy.evaluate_actions(_add_batch_dim(s["obs"]), s["actions"].reshape(1))
+    entropy_mean = torch.mean(-log_prob) if entropy is None else entropy.mean()
+    return -(s["returns"].reshape(1) * log_prob).mean() - spec.ent_coef * entropy_mean
+
+
+def _dqn_loss(policy: nn.Module, spec: LossSpec, s: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """``DQN.train`` given the TD target (SB3 computes it under ``no_grad`` from the target network)."""
+    current_q_values = policy.q_net(_add_batch_dim(s["obs"]))
+    current_q_values = torch.gather(current_q_values, dim=1, index=s["actions"].reshape(1, 1).long())
+    return F.smooth_l1_loss(current_q_values, s["q_targets"].reshape(1, 1))
+
+
+_LOSSES: dict[str, Callable[[nn.Module, LossSpec, Mapping[str, torch.Tensor]], torch.Tensor]] = {
+    "ppo": _ppo_loss, "a2c": _a2c_loss, "reinforce": _reinforce_loss, "dqn": _dqn_loss,
+}
+
+
+class _SampleLoss(nn.Module):
+    """Holds the policy as a submodule so ``functional_call`` can run any of its methods, not only
+    ``forward``; parameter names therefore carry a ``policy.`` prefix inside the engine."""
+
+    def __init__(self, policy: nn.Module, spec: LossSpec):
+        super().__init__()
+        self.policy = policy
+        self.spec = spec
+        self._loss = _LOSSES[spec.algo]
+
+    def forward(self, sample: Mapping[str, Obs], batched: bool = False) -> torch.Tensor:
+        """One sample's loss (``vmap`` path), or with ``batched`` the ``(B,)`` losses of a whole batch,
+        each equal to that sample's own loss (layer-wise path)."""
+        if batched:
+            return _BATCH_LOSSES[self.spec.algo](self.policy, self.spec, sample)
+        return self._loss(self.policy, self.spec, sample)
+
+
+def trained_parameter_names(policy: nn.Module, algo: str) -> tuple[str, ...]:
+    """Names of the parameters the algorithm's optimiser trains, in ``named_parameters()`` order.
+
+    Args:
+        policy: An SB3 policy.
+        algo: One of :data:`ALGOS`.
+
+    Returns:
+        For DQN the ``q_net.*`` parameters (the target network is copied, not trained); otherwise all.
+    """
+    names = tuple(name for name, _ in policy.named_parameters())
+    if algo == "dqn":
+        names = tuple(name for name in names if name.startswith("q_net."))
+    return names
+
+
+def _check_supported(policy: nn.Module) -> None:
+    """Reject layers whose per-sample gradient is not the gradient of a minibatch of one under vmap."""
+    for name, module in policy.named_modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            raise ValueError(
+                f"policy layer {name!r} is a BatchNorm: its minibatch statistics couple samples, so a "
+                "per-sample gradient is not defined by one batched pass. Use a policy without BatchNorm."
+            )
+        if isinstance(module, nn.Dropout) and module.p > 0 and module.training:
+            raise ValueError(
+                f"policy layer {name!r} is an active Dropout: gradients would be random. Call "
+                "policy.set_training_mode(False) or remove the dropout."
+            )
+
+
+class PerSampleGradients:
+    """Per-sample gradients of an SB3 victim's own loss, vectorised over a batch.
+
+    Example:
+        >>> engine = PerSampleGradients(model.policy, LossSpec("ppo", ent_coef=0.01))
+        >>> grads = engine(LossInputs(obs, actions, advantages=adv, returns=ret))
+        >>> grads["action_net.weight"].shape  # (B, n_actions, latent_dim)
+
+    Args:
+        policy: The SB3 policy at the capture checkpoint. It is never modified, and the engine leaves its
+            ``.grad`` fields untouched.
+        loss: The loss specification; ``loss.algo`` selects the SB3 loss.
+        chunk_size: Samples per ``vmap`` chunk (``None``: the whole batch at once); lowers peak memory.
+        fast: Use the layer-wise path when the policy allows it (``Linear``/``Conv2d`` only, each used
+            once per forward pass); it gives the same gradients as the ``vmap`` path, faster.
+    """
+
+    def __init__(self, policy: BasePolicy, loss: LossSpec, chunk_size: int | None = None, fast: bool = True):
+        if loss.algo not in ALGOS:
+            raise ValueError(f"unknown loss algo {loss.algo!r}; expected one of {', '.join(ALGOS)}.")
+        _check_supported(policy)
+        self.policy = policy
+        self.loss = loss
+        self.chunk_size = chunk_size
+        self._module = _SampleLoss(policy, loss)
+        self._names = trained_parameter_names(policy, loss.algo)
+        params = dict(policy.named_parameters())
+        self._shapes = {name: tuple(params[name].shape) for name in self._names}
+        self._fast = _make_layerwise(self._module, self._names) if fast else None
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        """The trained parameters, in ``policy.named_parameters()`` order."""
+        return self._names
+
+    @property
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shape of each trained parameter (a per-sample gradient is ``(B, *shape)``)."""
+        return dict(self._shapes)
+
+    @property
+    def uses_fast_path(self) -> bool:
+        """Whether calls go through the layer-wise path rather than ``vmap``."""
+        return self._fast is not None
+
+    def __call__(
+        self, inputs: LossInputs, out: Mapping[str, torch.Tensor] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Per-sample gradients of the loss.
+
+        Args:
+            inputs: The batch.
+            out: Optional preallocated ``(B, *shape)`` float32 tensors to write into (for example slices
+                of an episode's stream); reusing memory is much faster than allocating it per call.
+
+        Returns:
+            ``{name: (B, *shape) float32}`` for every name in :attr:`param_names`.
+        """
+        samples = self._samples(inputs)
+        if self._fast is not None:
+            try:
+                with _distribution_validation_off():
+                    return self._fast(samples, inputs.batch_size, out)
+            except _NotLayerwise:
+                self._fast = None  # this policy's forward pass needs the general path, now and later
+        grads = self._vmap_grads(samples)
+        if out is None:
+            return grads
+        for name, value in grads.items():
+            out[name].copy_(value)
+        return dict(out)
+
+    def vmap_gradients(self, inputs: LossInputs) -> dict[str, torch.Tensor]:
+        """The reference ``torch.func`` path, whatever :attr:`uses_fast_path` says."""
+        return self._vmap_grads(self._samples(inputs))
+
+    def losses(self, inputs: LossInputs) -> torch.Tensor:
+        """``(B,)`` loss of each sample alone (the value whose gradient :meth:`__call__` returns)."""
+        samples = self._samples(inputs)
+        params = self._detached_params()
+
+        def one(sample: Mapping[str, torch.Tensor]) -> torch.Tensor:
+            return functional_call(self._module, params, (sample,), tie_weights=False)
+
+        with torch.no_grad(), _distribution_validation_off():
+            return vmap(one, chunk_size=self.chunk_size)(samples)
+
+    # -- internals ------------------------------------------------------------------------------------
+
+    def _detached_params(self) -> dict[str, torch.Tensor]:
+        """Every parameter under its engine name, detached so nothing reaches the policy's ``.grad``."""
+        return {f"policy.{name}": p.detach() for name, p in self.policy.named_parameters()}
+
+    def _vmap_grads(self, samples: dict[str, Obs]) -> dict[str, torch.Tensor]:
+        frozen = self._detached_params()
+        trained = {f"policy.{name}": frozen.pop(f"policy.{name}") for name in self._names}
+
+        def loss_of(trained_params: dict[str, torch.Tensor], sample: Mapping[str, torch.Tensor]) -> torch.Tensor:
+            # tie_weights=False: SB3 registers one shared extractor under several names; only the names in
+            # named_parameters() are passed and the shared module object carries them to every alias.
+            return functional_call(self._module, {**frozen, **trained_params}, (sample,), tie_weights=False)
+
+        with _distribution_validation_off():
+            per_sample = vmap(grad(loss_of), in_dims=(None, 0), chunk_size=self.chunk_size)(trained, samples)
+        return {name: per_sample[f"policy.{name}"].float() for name in self._names}
+
+    def _samples(self, inputs: LossInputs) -> dict[str, Obs]:
+        """Validate the batch and pack the fields this algorithm reads into one pytree for ``vmap``."""
+        algo = self.loss.algo
+        batch = inputs.batch_size
+        if inputs.actions.ndim != 1:
+            raise ValueError(f"actions must have shape (B,), got {tuple(inputs.actions.shape)}.")
+        samples: dict[str, Obs] = {"obs": _check_obs(inputs.obs, batch), "actions": inputs.actions.long()}
+        for field in _REQUIRED_FIELDS[algo] + _OPTIONAL_FIELDS[algo]:
+            value = getattr(inputs, field)
+            if value is None:
+                if field in _REQUIRED_FIELDS[algo]:
+                    raise ValueError(f"the {algo} loss needs LossInputs.{field}, which is None.")
+                continue
+            if tuple(value.shape) != (batch,):
+                raise ValueError(f"LossInputs.{field} must have shape ({batch},), got {tuple(value.shape)}.")
+            samples[field] = value.float()
+        return samples
+
+
+def _check_obs(obs: Obs, batch: int) -> Obs:
+    """Observations must be batch-first tensors with the batch size of the actions."""
+    tensors = obs.values() if isinstance(obs, Mapping) else [obs]
+    for tensor in tensors:
+        if not isinstance(tensor, torch.Tensor) or tensor.shape[:1] != (batch,):
+            raise ValueError(
+                f"LossInputs.obs must be batch-first tensors with batch size {batch} (what "
+                f"policy.obs_to_tensor returns); got {type(tensor).__name__} "
+                f"{tuple(getattr(tensor, 'shape', ()))}."
+            )
+    return dict(obs) if isinstance(obs, Mapping) else obs
+
+
+# --- layer-wise fast path ----------------------------------------------------------------------------
+#
+# The loss of a batch, written as the *sum* of each sample's own SB3 loss on a minibatch of one, has a
+# gradient whose row i with respect to any layer output is sample i's own. One batched backward to the
+# layer outputs therefore gives every per-sample output gradient g_i; a Linear layer's per-sample weight
+# gradient is then the outer product g_i a_i^T of its input a_i, and a Conv2d's is the same over unfolded
+# patches. Only the per-layer products are per-sample, so this costs little more than one backward.
+
+def _ppo_losses(policy: nn.Module, spec: LossSpec, s: Mapping[str, Obs]) -> torch.Tensor:
+    """``(B,)`` per-sample :func:`_ppo_loss` values from one batched forward pass."""
+    values, log_prob, entropy = policy.evaluate_actions(s["obs"], s["actions"])
+    values = values.flatten()
+    advantages = s["advantages"]
+    old_log_prob = s["old_log_prob"] if "old_log_prob" in s else log_prob.detach()
+    ratio = torch.exp(log_prob - old_log_prob)
+    policy_loss_1 = advantages * ratio
+    policy_loss_2 = advantages * torch.clamp(ratio, 1 - spec.clip_range, 1 + spec.clip_range)
+    policy_loss = -torch.min(policy_loss_1, policy_loss_2)
+    value_loss = F.mse_loss(s["returns"], values, reduction="none")
+    entropy_loss = log_prob if entropy is None else -entropy
+    return policy_loss + spec.ent_coef * entropy_loss + spec.vf_coef * value_loss
+
+
+def _a2c_losses(policy: nn.Module, spec: LossSpec, s: Mapping[str, Obs]) -> torch.Tensor:
+    """``(B,)`` per-sample :func:`_a2c_loss` values from one batched forward pass."""
+    values, log_prob, entropy = policy.evaluate_actions(s["obs"], s["actions"])
+    values = values.flatten()
+    value_loss = F.mse_loss(s["returns"], values, reduction="none")
+    entropy_loss = log_prob if entropy is None else -entropy
+    return -(s["advantages"] * log_prob) + spec.ent_coef * entropy_loss + spec.vf_coef * value_loss
+
+
+def _reinforce_losses(policy: nn.Module, spec: LossSpec, s: Mapping[str, Obs]) -> torch.Tensor:
+    """``(B,)`` per-sample :func:`_reinforce_loss` values from one batched forward pass."""
+    _, log_prob, entropy = policy.evaluate_actions(s["obs"], s["actions"])
+    entropy_term = -log_prob if entropy is None else entropy
+    return -(s["returns"] * log_prob) - spec.ent_coef * entropy_term
+
+
+def _dqn_losses(policy: nn.Module, spec: LossSpec, s: Mapping[str, Obs]) -> torch.Tensor:
+    """``(B,)`` per-sample :func:`_dqn_loss` values from one batched forward pass."""
+    q_values = torch.gather(policy.q_net(s["obs"]), dim=1, index=s["actions"].reshape(-1, 1))
+    return F.smooth_l1_loss(q_values, s["q_targets"].reshape(-1, 1), reduction="none").flatten()
+
+
+_BATCH_LOSSES = {"ppo": _ppo_losses, "a2c": _a2c_losses, "reinforce": _reinforce_losses, "dqn": _dqn_losses}
+
+
+class _NotLayerwise(Exception):
+    """The forward pass did something the layer-wise path cannot differentiate per sample."""
+
+
+class _LayerwiseEngine:
+    """Per-sample gradients from one batched backward plus per-layer products (see the note above).
+
+    Args:
+        module: The engine's loss module (its policy's parameters carry a ``policy.`` prefix).
+        layers: ``(module name, layer)`` for each trained ``Linear``/``Conv2d`` layer.
+        names: The trained parameter names, as the public API reports them.
+    """
+
+    def __init__(self, module: _SampleLoss, layers: list[tuple[str, nn.Module]], names: tuple[str, ...]):
+        self._module = module
+        self._layers = layers
+        self._names = names
+        
+    def __call__(
+        self, samples: Mapping[str, Obs], batch: int, out: Mapping[str, torch.Tensor] | None
+    ) -> dict[str, torch.Tensor]:
+        inputs, outputs, total = self._forward(samples)
+        grad_outputs = self._output_gradients(total, outputs)
+        result = {}
+        for prefix, layer in self._layers:
+            result.update(self._layer_gradients(prefix, layer, inputs.get(prefix), grad_outputs.get(prefix), batch, out))
+        return {name: result[name] for name in self._names}
+
+    def _forward(self, samples: Mapping[str, Obs]):
+        """Batched forward of the summed per-sample losses, with hooks recording each layer's input and
+        output."""
+        inputs: dict[str, torch.Tensor] = {}
+        outputs: dict[str, torch.Tensor] = {}
+
+        def hook_for(prefix: str, layer: nn.Module):
+            def hook(_: nn.Module, args: tuple, output: torch.Tensor) -> None:
+                if prefix in outputs:
+                    raise _NotLayerwise(f"layer {prefix!r} runs more than once per forward pass")
+                if isinstance(layer, nn.Linear) and args[0].ndim != 2:
+                    raise _NotLayerwise(f"Linear layer {prefix!r} gets a sequence input")
+                inputs[prefix] = args[0].detach()
+                outputs[prefix] = output
+            return hook
+
+        handles = [layer.register_forward_hook(hook_for(prefix, layer)) for prefix, layer in self._layers]
+        # Fresh leaves that require grad: the graph reaches every layer output even where the policy's own
+        # parameters are frozen, and nothing can accumulate into the policy's .grad.
+        params = {f"policy.{n}": p.detach().requires_grad_() for n, p in self._module.policy.named_parameters()}
+        try:
+            losses = functional_call(self._module, params, (samples,), {"batched": True}, tie_weights=False)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return inputs, outputs, losses.sum()
+
+    @staticmethod
+    def _output_gradients(total: torch.Tensor, outputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
+        """Row i of each layer output's gradient is sample i's own (the losses are summed, not mixed).
+        Only gradients with respect to layer outputs are asked for, so autograd skips weight gradients."""
+        prefixes = list(outputs)
+        grads = torch.autograd.grad(total, [outputs[p] for p in prefixes], allow_unused=True)
+        return dict(zip(prefixes, grads))
+
+    @staticmethod
+    def _layer_gradients(
+        prefix: str, layer: nn.Module, a: torch.Tensor | None, g: torch.Tensor | None, batch: int,
+        out: Mapping[str, torch.Tensor] | None,
+    ) -> dict[str, torch.Tensor]:
+        """Per-sample gradients of one layer's weight and bias, written into ``out`` where given."""
+        result = {}
+        for kind, param in (("weight", layer.weight), ("bias", layer.bias)):
+            if param is None:
+                continue
+            name = f"{prefix}.{kind}"
+            target = out[name] if out is not None else torch.empty((batch, *param.shape), dtype=torch.float32)
+            if g is None:  # the layer does not reach the loss (REINFORCE's value head)
+                target.zero_()
+            elif kind == "bias":
+                torch.sum(g, dim=(2, 3), out=target) if g.ndim == 4 else target.copy_(g)
+            elif isinstance(layer, nn.Linear):
+                torch.mul(g.unsqueeze(2), a.unsqueeze(1), out=target)
+            else:
+                cols = F.unfold(a, layer.kernel_size, layer.dilation, layer.padding, layer.stride)
+                torch.bmm(g.flatten(2), cols.transpose(1, 2), out=target.view(batch, param.shape[0], -1))
+            result[name] = target
+        return result
+
+
+def _make_layerwise(module: _SampleLoss, names: tuple[str, ...]) -> _LayerwiseEngine | None:
+    """The layer-wise engine if every trained parameter is the weight or bias of a plain ``Linear`` or
+    ``Conv2d`` (groups 1, zero padding); ``None`` otherwise, and the ``vmap`` path is used."""
+    owners = {}
+    for prefix, layer in module.policy.named_modules():
+        for kind, param in (("weight", getattr(layer, "weight", None)), ("bias", getattr(layer, "bias", None))):
+            if isinstance(param, nn.Parameter):
+                owners.setdefault(f"{prefix}.{kind}", (prefix, layer))
+    layers: dict[str, nn.Module] = {}
+    for name in names:
+        prefix, layer = owners.get(name, (None, None))
+        if type(layer) is nn.Linear:
+            layers[prefix] = layer
+        elif type(layer) is nn.Conv2d and layer.groups == 1 and layer.padding_mode == "zeros":
+            layers[prefix] = layer
+        else:
+            return None
+    return _LayerwiseEngine(module, list(layers.items()), names)

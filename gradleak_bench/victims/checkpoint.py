@@ -1,0 +1,116 @@
+"""Victim checkpoints on disk: ``<checkpoint>.safetensors`` (the policy's tensors) beside
+``<checkpoint>.json`` (the victim spec, its config hash, the weights' sha256, versions, training report).
+
+Committed checkpoints live in ``envs/checkpoints/<task>/<victim>/``; checkpoints trained locally live in
+the cache under ``checkpoints/<config hash>/``. No pickle anywhere.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import safetensors.torch
+import stable_baselines3
+import torch
+from stable_baselines3.common.policies import BasePolicy
+
+from gradleak_bench.errors import CorruptFileError, GradleakError
+from gradleak_bench.paths import atomic_write_bytes, cache_dir
+from gradleak_bench.victims.policies import build_policy
+from gradleak_bench.victims.zoo import VictimSpec, check_checkpoint, get_victim
+
+
+@dataclass(frozen=True)
+class LoadedVictim:
+    spec: VictimSpec
+    checkpoint: str
+    policy: BasePolicy
+    meta: dict[str, Any]
+
+    @property
+    def checkpoint_id(self) -> str:
+        return f"{self.spec.task}/{self.spec.name}/{self.checkpoint}"
+
+
+def packaged_dir(spec: VictimSpec) -> Path:
+    return Path(str(resources.files("gradleak_bench.envs"))) / "checkpoints" / spec.task / spec.name
+
+
+def cached_dir(spec: VictimSpec) -> Path:
+    return cache_dir() / "checkpoints" / f"{spec.task}-{spec.name}-{spec.config_hash()}"
+
+
+def save_checkpoint(policy: BasePolicy, spec: VictimSpec, checkpoint: str, directory: Path,
+                    report: dict[str, Any] | None = None) -> Path:
+    """Write ``directory/<checkpoint>.safetensors`` and its JSON spec atomically."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{checkpoint}.safetensors.tmp"
+    # save_model (not save_file): SB3 shares one feature extractor under several names.
+    safetensors.torch.save_model(policy, str(tmp))
+    weights = directory / f"{checkpoint}.safetensors"
+    tmp.replace(weights)
+    meta = {
+        "format": "gradleak-bench-checkpoint/1",
+        "victim": spec.to_dict(),
+        "checkpoint": checkpoint,
+        "config_hash": spec.config_hash(),
+        "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+        "n_parameters": sum(p.numel() for p in policy.parameters()),
+        "torch": torch.__version__,
+        "stable_baselines3": stable_baselines3.__version__,
+        "report": report or {},
+    }
+    atomic_write_bytes(directory / f"{checkpoint}.json", json.dumps(meta, indent=1).encode())
+    return weights
+
+
+def find_checkpoint(spec: VictimSpec, checkpoint: str) -> Path | None:
+    for directory in (packaged_dir(spec), cached_dir(spec)):
+        if (directory / f"{checkpoint}.safetensors").is_file():
+            return directory
+    return None
+
+
+def load_victim(task: str, victim: str | None = None, checkpoint: str = "init") -> LoadedVictim:
+    """The victim's policy at a named checkpoint.
+
+    ``init`` is rebuilt from its seed when no file exists. ``trained`` must have been committed or trained
+    (``gradleak-bench train-victim``); a file written for another spec (config hash) is refused.
+    """
+    spec = get_victim(task, victim)
+    check_checkpoint(checkpoint)
+    directory = find_checkpoint(spec, checkpoint)
+    policy = build_policy(spec)
+    if directory is None:
+        if checkpoint == "init":
+            return LoadedVictim(spec, checkpoint, policy, {"config_hash": spec.config_hash(), "report": {}})
+        raise GradleakError(
+            f"no {checkpoint!r} checkpoint of victim {spec.key} (config {spec.config_hash()}) is committed or "
+            f"cached. Train it with: gradleak-bench train-victim {spec.task} --victim {spec.name}"
+        )
+    meta = read_meta(directory / f"{checkpoint}.json")
+    if meta.get("config_hash") != spec.config_hash():
+        raise CorruptFileError(
+            f"checkpoint {directory}/{checkpoint} was written for another configuration of {spec.key} "
+            f"(config hash {meta.get('config_hash')} != {spec.config_hash()}). Re-train it with "
+            f"gradleak-bench train-victim {spec.task} --victim {spec.name}"
+        )
+    weights = directory / f"{checkpoint}.safetensors"
+    if hashlib.sha256(weights.read_bytes()).hexdigest() != meta.get("weights_sha256"):
+        raise CorruptFileError(f"{weights} does not match the sha256 in its JSON: the file is corrupt or edited.")
+    try:
+        missing, unexpected = safetensors.torch.load_model(policy, str(weights), strict=True)
+    except Exception as exc:  # safetensors raises several types for a bad file
+        raise CorruptFileError(f"cannot load {weights}: {exc}") from exc
+    return LoadedVictim(spec, checkpoint, policy.eval(), meta)
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CorruptFileError(f"cannot read checkpoint spec {path}: {exc}") from exc

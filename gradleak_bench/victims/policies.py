@@ -1,0 +1,86 @@
+"""Building a victim's SB3 policy and letting it act."""
+from __future__ import annotations
+
+import copy
+from functools import lru_cache
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.preprocessing import is_image_space, is_image_space_channels_first
+from stable_baselines3.common.vec_env import VecTransposeImage
+
+from gradleak_bench.victims.architectures import EXTRACTORS
+from gradleak_bench.victims.zoo import VictimSpec
+
+
+def algorithm_class(algo: str) -> type:
+    from stable_baselines3 import A2C, DQN, PPO
+
+    from gradleak_bench.victims.reinforce import Reinforce
+
+    return {"ppo": PPO, "a2c": A2C, "dqn": DQN, "reinforce": Reinforce}[algo]
+
+
+def resolve_policy_kwargs(policy_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Turn the JSON-able kwargs of a spec into SB3 kwargs (extractor names become classes)."""
+    kwargs = copy.deepcopy(policy_kwargs)
+    name = kwargs.pop("features_extractor", None)
+    if name is not None:
+        kwargs["features_extractor_class"] = EXTRACTORS[name]
+    return kwargs
+
+
+def policy_observation_space(space: gym.Space) -> gym.Space:
+    """The observation space as SB3's policy sees it: images channel-first, as VecTransposeImage does."""
+    if isinstance(space, gym.spaces.Dict):
+        return gym.spaces.Dict({k: policy_observation_space(s) for k, s in space.spaces.items()})
+    if is_image_space(space) and not is_image_space_channels_first(space):
+        return VecTransposeImage.transpose_space(space)
+    return space
+
+
+@lru_cache(maxsize=None)
+def env_spaces(task: str, image_size: int) -> tuple[gym.Space, gym.Space]:
+    """The environment's (observation, action) spaces for a task at an image size."""
+    from gradleak_bench.tasks import get_task
+
+    env = gym.make(get_task(task).gym_id, layouts="train", image_size=image_size)
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
+def build_policy(spec: VictimSpec) -> BasePolicy:
+    """The victim's policy with its seeded ``init`` weights, in evaluation mode on the CPU."""
+    obs_space, action_space = env_spaces(spec.task, spec.image_size)
+    policy_cls = algorithm_class(spec.algo).policy_aliases[spec.policy]
+    lr = float(spec.train.hyperparams.get("learning_rate", 3e-4))
+    torch.manual_seed(spec.init_seed)
+    policy = policy_cls(
+        policy_observation_space(obs_space), action_space, lambda _: lr, **resolve_policy_kwargs(spec.policy_kwargs)
+    )
+    return policy.eval()
+
+
+class PolicyActor:
+    """Lets a victim policy act reproducibly: actions are drawn with a numpy Generator from the policy's
+    probabilities (epsilon-greedy for DQN), so the same seed gives the same trajectory."""
+
+    def __init__(self, policy: BasePolicy, algo: str, exploration_eps: float = 0.0):
+        self.policy, self.algo, self.eps = policy, algo, exploration_eps
+
+    @torch.no_grad()
+    def act(self, obs: Any, rng: np.random.Generator) -> int:
+        obs_tensor, _ = self.policy.obs_to_tensor(obs)
+        if self.algo == "dqn":
+            u, explore = rng.random(), rng.integers(self.policy.action_space.n)
+            if u < self.eps:
+                return int(explore)
+            return int(self.policy.q_net(obs_tensor)[0].argmax())
+        probs = self.policy.get_distribution(obs_tensor).distribution.probs[0].double().numpy()
+        cdf = np.cumsum(probs / probs.sum())
+        return int(min(np.searchsorted(cdf, rng.random(), side="right"), len(cdf) - 1))

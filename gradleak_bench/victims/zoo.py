@@ -1,0 +1,150 @@
+"""The victim zoo: stable-baselines3 models per task, at named checkpoints.
+
+A victim is data (:class:`VictimSpec`): algorithm, SB3 policy name and kwargs, the loss it trains with, and
+the fixed training budget and seed that produce its ``trained`` checkpoint. ``init`` is the seeded
+initialisation; ``trained`` is ``init`` trained on the train layouts. Checkpoints are safetensors plus a
+JSON spec (see :mod:`gradleak_bench.victims.checkpoint`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gradleak_bench.errors import UnknownNameError
+from gradleak_bench.records import LossSpec
+from gradleak_bench.tasks import get_task
+
+CHECKPOINTS = ("init", "trained")
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """The fixed budget and hyper-parameters that turn ``init`` into ``trained``."""
+
+    total_timesteps: int
+    n_envs: int
+    seed: int
+    hyperparams: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class VictimSpec:
+    """One victim of the zoo.
+
+    Attributes:
+        task: task name.
+        name: victim name, unique within the task (``ppo``, ``a2c``, ``dqn``, ...).
+        algo: ``ppo``, ``a2c``, ``dqn`` or ``reinforce``.
+        policy: SB3 policy alias (``CnnPolicy``, ``MultiInputPolicy``).
+        policy_kwargs: JSON-able kwargs; ``features_extractor`` names an extractor of
+            :data:`gradleak_bench.victims.architectures.EXTRACTORS`.
+        loss: the loss the victim trains with and whose gradients are streamed.
+        train: the budget behind the ``trained`` checkpoint.
+        init_seed: the torch seed of the ``init`` weights.
+        image_size: camera size the victim was built for.
+        exploration_eps: for DQN, the epsilon of its epsilon-greedy behaviour when it generates episodes.
+    """
+
+    task: str
+    name: str
+    algo: str
+    policy: str
+    policy_kwargs: dict[str, Any]
+    loss: LossSpec
+    train: TrainSpec
+    init_seed: int = 0
+    image_size: int = 64
+    exploration_eps: float = 0.0
+    description: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.task}/{self.name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def config_hash(self) -> str:
+        """sha256 of the spec: caches of trained weights are keyed by it."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _ppo(name: str, policy_kwargs: dict[str, Any], timesteps: int, description: str) -> VictimSpec:
+    hp = dict(n_steps=128, batch_size=64, n_epochs=4, learning_rate=2.5e-4, ent_coef=0.01, clip_range=0.2,
+              gamma=0.99, gae_lambda=0.95, vf_coef=0.5, max_grad_norm=0.5)
+    return VictimSpec(
+        task="PointNav", name=name, algo="ppo", policy="CnnPolicy", policy_kwargs=policy_kwargs,
+        loss=LossSpec(algo="ppo", gamma=0.99, gae_lambda=0.95, ent_coef=0.01, vf_coef=0.5, clip_range=0.2,
+                      advantage_normalization="episode"),
+        train=TrainSpec(total_timesteps=timesteps, n_envs=4, seed=1, hyperparams=hp),
+        description=description,
+    )
+
+
+VICTIMS: dict[str, VictimSpec] = {
+    spec.key: spec
+    for spec in (
+        _ppo("ppo", {}, 60_000, "PPO, SB3 CnnPolicy (NatureCNN, 604k parameters), TRACE's victim"),
+        _ppo("ppo_compact", {"features_extractor": "CompactCNN", "net_arch": []}, 20_000,
+             "PPO with a 2-layer CNN (about 30k parameters): fast tests"),
+        VictimSpec(
+            task="PointNav", name="a2c", algo="a2c", policy="CnnPolicy", policy_kwargs={},
+            loss=LossSpec(algo="a2c", gamma=0.99, gae_lambda=1.0, ent_coef=0.01, vf_coef=0.5,
+                          advantage_normalization="none"),
+            train=TrainSpec(total_timesteps=60_000, n_envs=4, seed=1, hyperparams=dict(
+                n_steps=16, learning_rate=7e-4, ent_coef=0.01, vf_coef=0.5, gamma=0.99, gae_lambda=1.0,
+                max_grad_norm=0.5)),
+            description="A2C, SB3 CnnPolicy (NatureCNN)",
+        ),
+        VictimSpec(
+            task="ActivePerception", name="dqn", algo="dqn", policy="MultiInputPolicy",
+            policy_kwargs={"net_arch": [64, 64]},
+            loss=LossSpec(algo="dqn", gamma=0.99, ent_coef=0.0, vf_coef=0.0, advantage_normalization="none"),
+            train=TrainSpec(total_timesteps=30_000, n_envs=1, seed=1, hyperparams=dict(
+                learning_rate=2.5e-4, buffer_size=20_000, learning_starts=1_000, batch_size=32,
+                train_freq=4, target_update_interval=1_000, exploration_fraction=0.3,
+                exploration_final_eps=0.05, gamma=0.99, max_grad_norm=10.0)),
+            exploration_eps=0.1,
+            description="DQN, SB3 MultiInputPolicy (NatureCNN on RGB, depth and box through linear layers), QGI's victim",
+        ),
+        VictimSpec(
+            task="ActivePerception", name="reinforce", algo="reinforce", policy="MultiInputPolicy",
+            policy_kwargs={"net_arch": [64, 64]},
+            loss=LossSpec(algo="reinforce", gamma=0.99, gae_lambda=1.0, ent_coef=0.01, vf_coef=0.0,
+                          advantage_normalization="none"),
+            train=TrainSpec(total_timesteps=30_000, n_envs=4, seed=1, hyperparams=dict(
+                n_steps=32, learning_rate=3e-4, ent_coef=0.01, gamma=0.99, max_grad_norm=0.5)),
+            description="REINFORCE (with entropy term) on an SB3 actor-critic MultiInputPolicy, RGI's victim",
+        ),
+        VictimSpec(
+            task="ActivePerception", name="dqn_compact", algo="dqn", policy="MultiInputPolicy",
+            policy_kwargs={"net_arch": [32], "features_extractor_kwargs": {"cnn_output_dim": 32}},
+            loss=LossSpec(algo="dqn", gamma=0.99, ent_coef=0.0, vf_coef=0.0, advantage_normalization="none"),
+            train=TrainSpec(total_timesteps=5_000, n_envs=1, seed=1, hyperparams=dict(
+                learning_rate=2.5e-4, buffer_size=5_000, learning_starts=500, batch_size=32, train_freq=4,
+                target_update_interval=500, exploration_fraction=0.3, exploration_final_eps=0.05,
+                gamma=0.99, max_grad_norm=10.0)),
+            exploration_eps=0.1,
+            description="small DQN for fast tests",
+        ),
+    )
+}
+
+
+def get_victim(task: str, name: str | None = None) -> VictimSpec:
+    """The victim ``name`` of ``task`` (the task's default victim when ``name`` is None)."""
+    task_spec = get_task(task)
+    name = name or task_spec.default_victim
+    key = f"{task_spec.name}/{name}"
+    if key not in VICTIMS:
+        raise UnknownNameError(f"victim of task {task_spec.name}", name, task_spec.victims)
+    return VICTIMS[key]
+
+
+def check_checkpoint(name: str) -> str:
+    if name not in CHECKPOINTS:
+        raise UnknownNameError("checkpoint", name, CHECKPOINTS)
+    return name

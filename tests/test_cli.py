@@ -1,0 +1,58 @@
+"""The command line as a user meets it: help that teaches, clear errors without tracebacks, tiny real runs."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gradleak_bench.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, env=dict(os.environ, COLUMNS="200"), timeout=600)
+
+
+def test_help_teaches():
+    result = cli("--help")
+    assert result.returncode == 0
+    for command in ("list", "generate", "evaluate", "train-victim"):
+        assert command in result.stdout
+
+
+def test_list_shows_every_registry():
+    out = cli("list").stdout
+    for name in ("PointNav", "ActivePerception", "closed_form", "gaussian_noise", "topk", "action_accuracy",
+                 "rgb_psnr", "ppo_compact", "init"):
+        assert name in out, name
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("evaluate", "closed_from"), "Did you mean 'closed_form'"),
+    (("evaluate", "closed_form", "--task", "PointNv"), "Did you mean 'PointNav'"),
+    (("evaluate", "closed_form", "--checkpoint", "traind"), "Did you mean 'trained'"),
+    (("evaluate", "closed_form", "--defense", "gausian_noise"), "gaussian_noise"),
+    (("evaluate", "closed_form", "--split", "tset", "--victim", "ppo_compact"), "Did you mean 'test'"),
+    (("generate", "PointNav", "--victim", "ppo_compat"), "ppo_compact"),
+    (("evaluate", "no/such/file.py:Attack"), "does not exist"),
+])
+def test_bad_names_exit_2_with_one_clear_message(args, needle):
+    result = cli(*args)
+    assert result.returncode == 2, result.stderr
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_generate_then_evaluate_end_to_end(tmp_path):
+    gen = cli("generate", "PointNav", "--victim", "ppo_compact", "--episodes", "1")
+    assert gen.returncode == 0, gen.stderr
+    sha = gen.stdout.strip().splitlines()[-1]
+    assert len(sha) == 64
+    out = tmp_path / "run"
+    ev = cli("evaluate", "closed_form", "--victim", "ppo_compact", "--episodes", "4", "--out", str(out),
+             "--wandb", "disabled", "-D", "keep=0.5", "--defense", "topk")
+    assert ev.returncode == 0, ev.stderr
+    assert "action_accuracy" in ev.stdout
+    summary = json.loads((out / "results.json").read_text())
+    assert summary["defense"] == "topk" and summary["n_episodes"] == 4

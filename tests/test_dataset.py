@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+
+from gradleak_bench import dataset as datasets
+from gradleak_bench import splits
+from gradleak_bench.errors import ChecksumMismatchError, CorruptFileError
+
+
+@pytest.fixture(scope="module")
+def tiny_config() -> datasets.DatasetConfig:
+    return datasets.standard_config("PointNav", "ppo_compact", "init", "test", episodes_per_layout=1)
+
+
+def test_generation_is_deterministic_and_complete(tmp_path, tiny_config):
+    sha_a = datasets.write(tmp_path / "a.h5", tiny_config, datasets.generate(tiny_config, progress=False))
+    sha_b = datasets.write(tmp_path / "b.h5", tiny_config, datasets.generate(tiny_config, progress=False))
+    assert sha_a == sha_b
+    ds = datasets.open_dataset(tmp_path / "a.h5")
+    assert len(ds) == len(splits.layouts("test"))
+    assert {e.layout_id for e in ds} == set(splits.layouts("test"))
+    ep = next(iter(ds))
+    assert ep.steps["rgb"].dtype == np.uint8 and ep.steps["rgb"].shape[1:] == (64, 64, 3)
+    assert ep.steps["depth"].dtype == np.float32 and ep.steps["depth"].shape[1:] == (64, 64)
+    assert ep.steps["pose"].shape[1:] == (3,)
+    for name in ("action", "reward", "advantage", "return", "value", "log_prob", "entropy"):
+        assert ep.steps[name].shape == (ep.length,), name
+    if ep.length > 1:  # per-episode normalised advantages (the victim's loss spec)
+        assert abs(float(ep.steps["advantage"].mean())) < 1e-5
+
+
+def test_a_modified_file_fails_verification(tmp_path, tiny_config):
+    path = tmp_path / "d.h5"
+    datasets.write(path, tiny_config, datasets.generate(tiny_config, progress=False))
+    with h5py.File(path, "r+") as f:
+        first = sorted(f["episodes"])[0]
+        f["episodes"][first]["rgb"][0, 0, 0, 0] ^= 1
+    with pytest.raises(ChecksumMismatchError, match="modified or is corrupt"):
+        datasets.open_dataset(path).verify()
+
+
+def test_garbage_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "junk.h5"
+    path.write_bytes(b"not an hdf5 file")
+    with pytest.raises(CorruptFileError, match="generate it again"):
+        datasets.open_dataset(path)
+
+
+def test_official_checksum_mismatch_is_refused(tmp_path, tiny_config, monkeypatch):
+    path = tmp_path / "d.h5"
+    datasets.write(path, tiny_config, datasets.generate(tiny_config, progress=False))
+    monkeypatch.setattr(splits, "official_checksum", lambda key, version="v0": "0" * 64)
+    with pytest.raises(ChecksumMismatchError, match="split manifest"):
+        datasets.check_official(datasets.open_dataset(path))
+
+
+def test_dqn_targets_follow_the_td_rule():
+    import torch
+
+    from gradleak_bench.victims import load_victim
+
+    config = datasets.standard_config("ActivePerception", "dqn_compact", "init", "test", episodes_per_layout=1)
+    ep = datasets.generate(config, progress=False)[0]
+    victim = load_victim("ActivePerception", "dqn_compact", "init")
+    obs = {k: ep.steps[k] if k != "depth" else ep.steps[k][..., None] for k in ("rgb", "depth", "bbox")}
+    with torch.no_grad():
+        q = victim.policy.q_net(victim.policy.obs_to_tensor(obs)[0])
+    np.testing.assert_allclose(ep.steps["q_value"], q.gather(1, torch.as_tensor(ep.steps["action"])[:, None])[:, 0], rtol=1e-5)
+    # inside the episode, the TD target uses the next step's observation
+    q_next = q.max(dim=1).values.numpy()
+    np.testing.assert_allclose(ep.steps["q_target"][:-1], ep.steps["reward"][:-1] + 0.99 * q_next[1:], rtol=1e-5, atol=1e-6)

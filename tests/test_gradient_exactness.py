@@ -1,0 +1,365 @@
+"""The per-sample gradient engine equals what SB3's own ``train()`` puts in ``.grad``.
+
+Each test builds a tiny SB3 model, writes one sample whose advantage / return / old log-prob / transition
+it controls straight into the model's rollout or replay buffer, replaces ``optimizer.step`` with a
+recorder of ``p.grad`` and calls ``model.train()``: the gradient under test is SB3's, not a
+re-implementation. ``max_grad_norm=inf`` keeps clipping (a defense) out of it.
+"""
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from stable_baselines3 import A2C, DQN, PPO
+from stable_baselines3.common.logger import Logger
+
+from gradleak_bench.records import LossSpec
+from gradleak_bench.stream.per_sample import LossInputs, PerSampleGradients
+from gradleak_bench.victims.reinforce import Reinforce
+
+N_ACTIONS = 5
+# rtol as asked; atol is relative to each tensor's largest entry, because batched and single-sample
+# float32 passes round differently and entries near zero have no relative precision of their own.
+RTOL, ATOL_REL = 1e-5, 1e-6
+IMG = (36, 36, 3)  # the smallest image NatureCNN accepts: fast
+
+
+class _TinyEnv(gym.Env):
+    """An environment that only provides spaces: the tests never step it."""
+
+    def __init__(self, observation_space: spaces.Space):
+        self.observation_space = observation_space
+        self.action_space = spaces.Discrete(N_ACTIONS)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 0.0, False, False, {}
+
+
+OBS_SPACES = {
+    "cnn": lambda: spaces.Box(0, 255, IMG, np.uint8),
+    "multi": lambda: spaces.Dict({
+        "rgb": spaces.Box(0, 255, IMG, np.uint8), "goal": spaces.Box(-1.0, 1.0, (4,), np.float32),
+    }),
+    "mlp": lambda: spaces.Box(-1.0, 1.0, (6,), np.float32),
+}
+POLICY_NAMES = {"cnn": "CnnPolicy", "multi": "MultiInputPolicy", "mlp": "MlpPolicy"}
+# Small networks keep the file fast; the layer types are the standard ones.
+ON_POLICY_KWARGS = {
+    "cnn": dict(features_extractor_kwargs=dict(features_dim=32)),
+    "multi": dict(features_extractor_kwargs=dict(cnn_output_dim=32), net_arch=[16]),
+    "mlp": dict(net_arch=[16, 16]),
+}
+DQN_KWARGS = {
+    "cnn": dict(features_extractor_kwargs=dict(features_dim=32), net_arch=[16]),
+    "multi": dict(features_extractor_kwargs=dict(cnn_output_dim=32), net_arch=[16]),
+    "mlp": dict(net_arch=[16, 16]),
+}
+ON_POLICY = {"ppo": PPO, "a2c": A2C, "reinforce": Reinforce}
+SPECS = {
+    "ppo": LossSpec("ppo", ent_coef=0.01, vf_coef=0.5, clip_range=0.2),
+    "a2c": LossSpec("a2c", ent_coef=0.02, vf_coef=0.25),
+    "reinforce": LossSpec("reinforce", gae_lambda=1.0, ent_coef=0.01),
+    "dqn": LossSpec("dqn"),
+}
+
+MAX_REL_ERRORS: dict[str, float] = {}  # filled by the tests, printed at the end with -s
+
+
+def _make_model(algo: str, kind: str, seed: int = 0):
+    torch.manual_seed(seed)
+    env = _TinyEnv(OBS_SPACES[kind]())
+    common = dict(seed=seed, device="cpu", max_grad_norm=math.inf)
+    if algo == "dqn":
+        model = DQN(POLICY_NAMES[kind], env, batch_size=1, gradient_steps=1, learning_starts=0,
+                    buffer_size=4, policy_kwargs=DQN_KWARGS[kind], **common)
+    else:
+        cls = ON_POLICY[algo]
+        # normalize_advantage is a no-op on one sample; SB3 asserts batch_size > 1 when it is on.
+        extra = dict(batch_size=1, n_epochs=1, normalize_advantage=False) if algo == "ppo" else {}
+        spec = SPECS[algo]
+        model = cls(POLICY_NAMES[kind], env, n_steps=1, ent_coef=spec.ent_coef, vf_coef=spec.vf_coef,
+                    policy_kwargs=ON_POLICY_KWARGS[kind], **extra, **common)
+        if algo == "ppo":
+            model.clip_range = lambda _: spec.clip_range
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
+
+
+def _sample_obs(model, rng: np.random.Generator, n: int):
+    """``n`` observations in the (transposed, channel-first) space the model's buffers store."""
+    space = model.observation_space
+
+    def one(box: spaces.Box) -> np.ndarray:
+        if box.dtype == np.uint8:
+            return rng.integers(0, 256, (n, *box.shape), dtype=np.uint8)
+        return rng.uniform(-1, 1, (n, *box.shape)).astype(np.float32)
+
+    if isinstance(space, spaces.Dict):
+        return {key: one(sub) for key, sub in space.spaces.items()}
+    return one(space)
+
+
+def _index(obs, i: int):
+    return {k: v[i] for k, v in obs.items()} if isinstance(obs, dict) else obs[i]
+
+
+def _to_tensor(model, obs):
+    return model.policy.obs_to_tensor(obs)[0]
+
+
+def _sb3_gradient(model, step) -> dict[str, torch.Tensor]:
+    """Run ``step()`` (which calls SB3's train) and return what ``optimizer.step`` found in ``.grad``."""
+    recorded: dict[str, torch.Tensor] = {}
+    params = [p for group in model.policy.optimizer.param_groups for p in group["params"]]
+    trained = {id(p) for p in params}
+
+    def record(*args, **kwargs):
+        for name, p in model.policy.named_parameters():
+            if id(p) in trained:
+                # None = untouched by the loss (REINFORCE's value head): a zero gradient.
+                recorded[name] = torch.zeros_like(p) if p.grad is None else p.grad.detach().clone()
+
+    original = model.policy.optimizer.step
+    model.policy.optimizer.step = record
+    try:
+        step()
+    finally:
+        model.policy.optimizer.step = original
+    return recorded
+
+
+def _sb3_on_policy_gradient(model, obs, action: int, advantage: float, ret: float, old_log_prob: float):
+    """SB3's gradient on a rollout buffer holding exactly this one sample."""
+    buf = model.rollout_buffer
+    buf.reset()
+    if isinstance(obs, dict):
+        for key, value in obs.items():
+            buf.observations[key][0, 0] = value
+    else:
+        buf.observations[0, 0] = obs
+    buf.actions[0, 0] = action
+    buf.advantages[0, 0] = advantage
+    buf.returns[0, 0] = ret
+    buf.log_probs[0, 0] = old_log_prob
+    buf.values[0, 0] = 0.0
+    buf.pos, buf.full = buf.buffer_size, True
+    return _sb3_gradient(model, model.train)
+
+
+def _sb3_dqn_gradient(model, obs, next_obs, action: int, reward: float, done: bool):
+    """SB3's gradient on a replay buffer holding exactly this one transition."""
+    buf = model.replay_buffer
+    buf.pos, buf.full = 0, False
+    batch = (lambda o: {k: v[None] for k, v in o.items()}) if isinstance(obs, dict) else (lambda o: o[None])
+    buf.add(batch(obs), batch(next_obs), np.array([[action]]), np.array([reward], np.float32),
+            np.array([done]), [{}])
+    return _sb3_gradient(model, lambda: model.train(gradient_steps=1, batch_size=1))
+
+
+def _dqn_target(model, next_obs, reward: float, done: bool) -> float:
+    """The TD target exactly as DQN.train computes it (the dataset stores this value)."""
+    with torch.no_grad():
+        next_q = model.q_net_target(_to_tensor(model, next_obs)).max(dim=1).values
+    return float(torch.tensor(reward, dtype=torch.float32) + (1 - float(done)) * model.gamma * next_q[0])
+
+
+def _current_log_prob(model, obs, actions: np.ndarray) -> torch.Tensor:
+    with torch.no_grad():
+        _, log_prob, _ = model.policy.evaluate_actions(_to_tensor(model, obs), torch.as_tensor(actions))
+    return log_prob
+
+
+def _compare(expected: dict[str, torch.Tensor], engine_row: dict[str, torch.Tensor], label: str) -> None:
+    assert set(expected) == set(engine_row), label
+    worst = 0.0
+    for name, ref in expected.items():
+        got = engine_row[name]
+        assert got.dtype == torch.float32
+        scale = ref.abs().max().item()
+        torch.testing.assert_close(got, ref, rtol=RTOL, atol=max(ATOL_REL * scale, 1e-12),
+                                   msg=lambda m: f"{label} {name}: {m}")
+        if scale > 0:
+            worst = max(worst, (got - ref).abs().max().item() / scale)
+    MAX_REL_ERRORS[label] = max(MAX_REL_ERRORS.get(label, 0.0), worst)
+
+
+def _row(grads: dict[str, torch.Tensor], i: int) -> dict[str, torch.Tensor]:
+    return {name: g[i] for name, g in grads.items()}
+
+
+def _engines(model, algo: str):
+    """Both engine paths: the reference vmap one and the default (layer-wise where it applies)."""
+    return {"vmap": PerSampleGradients(model.policy, SPECS[algo], fast=False),
+            "default": PerSampleGradients(model.policy, SPECS[algo])}
+
+
+@pytest.mark.parametrize("kind", ["cnn", "multi", "mlp"])
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "reinforce"])
+def test_on_policy_single_sample_equals_sb3(algo: str, kind: str) -> None:
+    model = _make_model(algo, kind)
+    rng = np.random.default_rng(1)
+    obs = _index(_sample_obs(model, rng, 1), 0)
+    action, advantage, ret = 3, 1.7, -0.8
+    old_log_prob = float(_current_log_prob(model, {k: v[None] for k, v in obs.items()} if isinstance(obs, dict)
+                                           else obs[None], np.array([action]))[0])
+    expected = _sb3_on_policy_gradient(model, obs, action, advantage, ret, old_log_prob)
+
+    batch_obs = _to_tensor(model, {k: v[None] for k, v in obs.items()} if isinstance(obs, dict) else obs[None])
+    inputs = LossInputs(batch_obs, torch.tensor([action]), advantages=torch.tensor([advantage]),
+                        returns=torch.tensor([ret]))  # old_log_prob None: ratio 1, as at capture
+    for path, engine in _engines(model, algo).items():
+        assert engine.param_names == tuple(expected)
+        _compare(expected, _row(engine(inputs), 0), f"{algo}/{kind}/{path}")
+
+
+@pytest.mark.parametrize("kind", ["cnn", "multi", "mlp"])
+def test_dqn_single_sample_equals_sb3(kind: str) -> None:
+    model = _make_model("dqn", kind)
+    with torch.no_grad():  # a target network that differs from q_net: the engine must not use it
+        for p in model.q_net_target.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    rng = np.random.default_rng(2)
+    both = _sample_obs(model, rng, 2)
+    obs, next_obs = _index(both, 0), _index(both, 1)
+    action, reward, done = 2, 0.3, False
+    expected = _sb3_dqn_gradient(model, obs, next_obs, action, reward, done)
+    target = _dqn_target(model, {k: v[None] for k, v in next_obs.items()} if isinstance(next_obs, dict)
+                         else next_obs[None], reward, done)
+
+    optimised = [p for g in model.policy.optimizer.param_groups for p in g["params"]]
+    batch_obs = _to_tensor(model, {k: v[None] for k, v in obs.items()} if isinstance(obs, dict) else obs[None])
+    inputs = LossInputs(batch_obs, torch.tensor([action]), q_targets=torch.tensor([target]))
+    for path, engine in _engines(model, "dqn").items():
+        named = dict(model.policy.named_parameters())
+        assert [id(named[n]) for n in engine.param_names] == [id(p) for p in optimised]
+        _compare(expected, _row(engine(inputs), 0), f"dqn/{kind}/{path}")
+
+
+def test_ppo_batch_rows_equal_sb3_alone_with_ratio_and_clipping() -> None:
+    """Row i of one batched call is SB3's gradient on sample i alone, with ratio != 1 (some clipped)."""
+    model = _make_model("ppo", "multi")
+    rng = np.random.default_rng(3)
+    batch = 6
+    obs = _sample_obs(model, rng, batch)
+    actions = rng.integers(0, N_ACTIONS, batch)
+    current = _current_log_prob(model, obs, actions).numpy()
+    # log-ratio per sample: unclipped, clipped above with A>0, clipped below with A<0, and the inactive
+    # side of the clip (ratio outside the range but the unclipped term is the minimum).
+    log_ratio = np.array([0.0, 0.1, 0.5, -0.6, 0.5, -0.6], np.float32)
+    advantages = np.array([1.2, -0.7, 0.9, -1.1, -0.8, 1.3], np.float32)
+    returns = rng.normal(size=batch).astype(np.float32)
+    old_log_prob = (current - log_ratio).astype(np.float32)
+
+    inputs = LossInputs(_to_tensor(model, obs), torch.as_tensor(actions), torch.as_tensor(advantages),
+                        torch.as_tensor(returns), torch.as_tensor(old_log_prob))
+    outputs = {path: engine(inputs) for path, engine in _engines(model, "ppo").items()}
+    for i in range(batch):
+        expected = _sb3_on_policy_gradient(model, _index(obs, i), int(actions[i]), float(advantages[i]),
+                                           float(returns[i]), float(old_log_prob[i]))
+        for path, grads in outputs.items():
+            _compare(expected, _row(grads, i), f"ppo-batch/multi/{path}")
+    # The clipped samples' policy term is zero: only value and entropy terms reach the action head.
+    assert not torch.allclose(outputs["vmap"]["action_net.weight"][2], outputs["vmap"]["action_net.weight"][4])
+
+
+def test_dqn_batch_rows_equal_sb3_alone() -> None:
+    model = _make_model("dqn", "cnn")
+    rng = np.random.default_rng(4)
+    batch = 5
+    obs, next_obs = _sample_obs(model, rng, batch), _sample_obs(model, rng, batch)
+    actions = rng.integers(0, N_ACTIONS, batch)
+    rewards = np.array([0.0, 3.0, -2.5, 0.2, 1.0], np.float32)  # both sides of the Huber kink
+    dones = np.array([False, False, True, False, True])
+    targets = [_dqn_target(model, next_obs[i:i + 1], float(rewards[i]), bool(dones[i])) for i in range(batch)]
+    inputs = LossInputs(_to_tensor(model, obs), torch.as_tensor(actions), q_targets=torch.tensor(targets))
+    outputs = {path: engine(inputs) for path, engine in _engines(model, "dqn").items()}
+    for i in range(batch):
+        expected = _sb3_dqn_gradient(model, obs[i], next_obs[i], int(actions[i]), float(rewards[i]),
+                                     bool(dones[i]))
+        for path, grads in outputs.items():
+            _compare(expected, _row(grads, i), f"dqn-batch/cnn/{path}")
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_engine_leaves_policy_untouched(algo: str) -> None:
+    """No engine gradient reaches .grad, and no parameter changes."""
+    model = _make_model(algo, "cnn")
+    before = {n: p.detach().clone() for n, p in model.policy.named_parameters()}
+    rng = np.random.default_rng(5)
+    obs = _to_tensor(model, _sample_obs(model, rng, 3))
+    inputs = LossInputs(obs, torch.tensor([0, 1, 4]), advantages=torch.ones(3), returns=torch.zeros(3),
+                        q_targets=torch.zeros(3))
+    engine = PerSampleGradients(model.policy, SPECS[algo], chunk_size=2)
+    grads = engine(inputs)
+    losses = engine.losses(inputs)
+    assert losses.shape == (3,) and torch.isfinite(losses).all()
+    assert {n: tuple(g.shape[1:]) for n, g in grads.items()} == engine.param_shapes
+    for name, p in model.policy.named_parameters():
+        assert p.grad is None, name
+        assert torch.equal(p, before[name]), name
+
+
+def test_losses_match_sb3_formula() -> None:
+    """``losses`` gives each sample's own loss (A2C, hand-checked from evaluate_actions)."""
+    model = _make_model("a2c", "mlp")
+    rng = np.random.default_rng(6)
+    obs = _to_tensor(model, _sample_obs(model, rng, 4))
+    actions, adv, ret = torch.tensor([0, 1, 2, 3]), torch.randn(4), torch.randn(4)
+    with torch.no_grad():
+        values, log_prob, entropy = model.policy.evaluate_actions(obs, actions)
+    spec = SPECS["a2c"]
+    expected = -adv * log_prob - spec.ent_coef * entropy + spec.vf_coef * (ret - values.flatten()) ** 2
+    got = PerSampleGradients(model.policy, spec).losses(LossInputs(obs, actions, adv, ret))
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_out_buffers_are_filled_in_place() -> None:
+    model = _make_model("ppo", "cnn")
+    engine = PerSampleGradients(model.policy, SPECS["ppo"])
+    obs = _to_tensor(model, _sample_obs(model, np.random.default_rng(7), 2))
+    inputs = LossInputs(obs, torch.tensor([1, 2]), torch.tensor([0.5, -1.0]), torch.tensor([0.1, 0.2]))
+    out = {n: torch.empty((2, *s)) for n, s in engine.param_shapes.items()}
+    result = engine(inputs, out=out)
+    for name, expected in engine.vmap_gradients(inputs).items():
+        assert result[name].data_ptr() == out[name].data_ptr()
+        torch.testing.assert_close(out[name], expected, rtol=1e-6, atol=1e-8)
+
+
+def test_missing_loss_input_is_a_clear_error() -> None:
+    model = _make_model("ppo", "mlp")
+    engine = PerSampleGradients(model.policy, SPECS["ppo"])
+    obs = _to_tensor(model, _sample_obs(model, np.random.default_rng(8), 2))
+    with pytest.raises(ValueError, match="needs LossInputs.advantages"):
+        engine(LossInputs(obs, torch.tensor([0, 1]), returns=torch.zeros(2)))
+    with pytest.raises(ValueError, match="shape"):
+        engine(LossInputs(obs, torch.tensor([0, 1]), advantages=torch.zeros(3), returns=torch.zeros(2)))
+
+
+def test_reinforce_is_a_working_sb3_algorithm(tmp_path) -> None:
+    env = _TinyEnv(OBS_SPACES["mlp"]())
+    with pytest.raises(ValueError, match="gae_lambda"):
+        Reinforce("MlpPolicy", env, gae_lambda=0.95)
+    model = Reinforce("MlpPolicy", env, n_steps=4, seed=0, device="cpu", policy_kwargs=dict(net_arch=[8]))
+    value_before = model.policy.value_net.weight.detach().clone()
+    action_before = model.policy.action_net.weight.detach().clone()
+    model.learn(total_timesteps=8)
+    assert torch.equal(model.policy.value_net.weight, value_before)  # no value loss
+    assert not torch.equal(model.policy.action_net.weight, action_before)
+    model.save(tmp_path / "reinforce")
+    loaded = Reinforce.load(tmp_path / "reinforce", device="cpu")
+    assert loaded.gae_lambda == 1.0
+    torch.testing.assert_close(loaded.policy.action_net.weight, model.policy.action_net.weight)
+
+
+def test_zz_report_max_relative_errors() -> None:
+    """Prints the worst relative error per case (run with -s); runs last by name."""
+    for label, err in sorted(MAX_REL_ERRORS.items()):
+        print(f"max rel err {label:28s} {err:.2e}")

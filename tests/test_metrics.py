@@ -1,0 +1,293 @@
+"""Metrics against hand-computed values, degenerate inputs and the failed-frame (NaN) contract."""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pytest
+
+from gradleak_bench.errors import UnknownNameError
+from gradleak_bench.metrics import (
+    DEPTH_RANGE_M,
+    MAX_PSNR_DB,
+    MetricSpec,
+    MetricSummary,
+    action_accuracy,
+    action_hist_tv,
+    all_metrics,
+    bbox_iou,
+    bootstrap_ci,
+    depth_psnr,
+    depth_ssim,
+    get_metric,
+    goal_mse,
+    metrics_for_fields,
+    pose_position_error,
+    register_metric,
+    rel_error_percent,
+    rgb_psnr,
+    rgb_psnr_y,
+    rgb_ssim,
+    rgb_ssim_y,
+    summarize,
+)
+from gradleak_bench.records import TRUTH_FIELDS
+
+T, H, W = 4, 16, 16
+
+
+def scene(seed: int = 0) -> np.ndarray:
+    """A structured RGB episode (gradients and blocks, not noise) in [40, 200], so shifts never clip."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:H, 0:W]
+    frames = []
+    for _ in range(T):
+        base = 40 + 10 * (xx + yy) / 2 + rng.integers(0, 20)
+        frame = np.stack([base, base[::-1], base.T], axis=-1)
+        frame[4:10, 3:9] = rng.integers(40, 201, 3)
+        frames.append(frame)
+    return np.clip(np.array(frames), 40, 200).astype(np.uint8)
+
+
+def truth_for(field: str, rng: np.random.Generator) -> np.ndarray:
+    """Plausible truth of one episode for any field a built-in metric scores."""
+    if field == "rgb":
+        return scene()
+    if field == "depth":
+        return rng.uniform(0.5, 9.0, (T, H, W)).astype(np.float32)
+    if field == "bbox":
+        lo = rng.uniform(-1, 0, (T, 2))
+        return np.concatenate([lo, lo + rng.uniform(0.1, 1, (T, 2))], axis=1).astype(np.float32)
+    if field == "goal":
+        return rng.uniform(0.5, 3.0, (T, 2)).astype(np.float32)
+    if field == "pose":
+        return rng.uniform(-5, 5, (T, 3)).astype(np.float32)
+    if field == "action":
+        return rng.integers(0, 4, T)
+    return rng.uniform(0.5, 2.0, T).astype(np.float32)
+
+
+# --- PSNR -------------------------------------------------------------------------------------------
+
+
+def test_rgb_psnr_of_known_mse():
+    truth = scene()
+    k = 7  # +-k on alternate pixels: MSE is exactly (k/255)^2 on the unit scale, no clipping
+    sign = np.where((np.indices((H, W)).sum(axis=0) % 2) == 0, 1, -1)[None, :, :, None]
+    recon = truth.astype(np.float64) + k * sign
+    expected = 10 * math.log10(1 / (k / 255) ** 2)
+    np.testing.assert_allclose(rgb_psnr(recon, truth), expected, rtol=1e-12)
+
+
+def test_identical_frames_are_capped_not_infinite():
+    truth = scene()
+    for metric in (rgb_psnr, rgb_psnr_y):
+        np.testing.assert_array_equal(metric(truth, truth), MAX_PSNR_DB)
+    depth = np.full((T, H, W), 3.0)
+    np.testing.assert_array_equal(depth_psnr(depth, depth), MAX_PSNR_DB)
+
+
+def test_y_psnr_matches_bt601_hand_example_and_differs_from_rgb():
+    truth = scene()
+    shift = 51  # +0.2 on the blue channel only
+    recon = truth.astype(np.float64)
+    recon[..., 2] += shift
+    # RGB: only one of three channels is off by 0.2.
+    np.testing.assert_allclose(rgb_psnr(recon, truth), 10 * math.log10(1 / (0.2**2 / 3)), rtol=1e-12)
+    # Y = 16 + 65.481 R + 128.553 G + 24.966 B (R, G, B in [0, 1]): a blue shift of 0.2 moves Y by 4.9932.
+    expected_y = 20 * math.log10(255 / (24.966 * 0.2))
+    np.testing.assert_allclose(rgb_psnr_y(recon, truth), expected_y, rtol=1e-9)
+    assert np.all(rgb_psnr_y(recon, truth) > rgb_psnr(recon, truth) + 10)  # luma barely sees blue
+
+
+def test_rgb_recon_float_is_clipped_to_0_255():
+    truth = np.full((1, H, W, 3), 255, np.uint8)
+    np.testing.assert_array_equal(rgb_psnr(np.full((1, H, W, 3), 400.0), truth), MAX_PSNR_DB)
+
+
+# --- SSIM -------------------------------------------------------------------------------------------
+
+
+def test_ssim_identical_is_one_and_noise_is_low():
+    truth = scene()
+    noise = np.random.default_rng(1).integers(0, 256, truth.shape, dtype=np.uint8)
+    for metric in (rgb_ssim, rgb_ssim_y):
+        np.testing.assert_allclose(metric(truth, truth), 1.0)
+        assert np.all(metric(noise, truth) < 0.5)
+    depth = np.random.default_rng(2).uniform(0.5, 9.0, (T, H, W))
+    np.testing.assert_allclose(depth_ssim(depth, depth), 1.0)
+
+
+def test_depth_accepts_trailing_channel_axis():
+    rng = np.random.default_rng(3)
+    truth = rng.uniform(0.5, 9.0, (T, H, W)).astype(np.float32)
+    recon = truth + rng.normal(0, 0.3, truth.shape).astype(np.float32)
+    for metric in (depth_psnr, depth_ssim):
+        flat = metric(recon, truth)
+        np.testing.assert_allclose(metric(recon[..., None], truth[..., None]), flat)
+        np.testing.assert_allclose(metric(recon, truth[..., None]), flat)
+    mse = np.mean((np.clip(recon, 0, DEPTH_RANGE_M) - truth).astype(np.float64) ** 2, axis=(1, 2))
+    np.testing.assert_allclose(depth_psnr(recon, truth), 10 * np.log10(DEPTH_RANGE_M**2 / mse), rtol=1e-5)
+
+
+def test_shape_mismatch_is_loud():
+    with pytest.raises(ValueError, match="shape"):
+        rgb_psnr(scene()[:2], scene())
+
+
+# --- every registered metric: contract and failed frames ---------------------------------------------
+
+
+@pytest.mark.parametrize("spec", all_metrics(), ids=lambda s: s.name)
+def test_nan_frame_is_nan_for_that_step_only(spec: MetricSpec):
+    rng = np.random.default_rng(4)
+    truth = truth_for(spec.field, rng)
+    recon = truth.astype(np.float64) + (0.0 if spec.field == "action" else 0.05)
+    clean = spec.fn(recon, truth)
+    assert clean.shape == ((T,) if spec.per_step else (1,))
+    assert np.all(np.isfinite(clean))
+    recon[1] = np.nan
+    broken = spec.fn(recon, truth)
+    if spec.per_step:
+        assert np.isnan(broken[1])
+        np.testing.assert_allclose(np.delete(broken, 1), np.delete(clean, 1))
+    else:
+        assert broken.shape == (1,) and np.isnan(broken[0])
+    recon[1] = np.inf
+    assert np.isnan(spec.fn(recon, truth)[1 if spec.per_step else 0])
+
+
+def test_every_metric_scores_a_truth_field():
+    assert {spec.field for spec in all_metrics()} <= set(TRUTH_FIELDS)
+    assert [s.name for s in metrics_for_fields(["depth"])] == ["depth_psnr", "depth_ssim"]
+
+
+# --- vectors ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("recon, truth, expected", [
+    ((0, 0, 1, 1), (0, 0, 1, 1), 1.0),
+    ((0.5, 0, 1.5, 1), (0, 0, 1, 1), 0.5 / 1.5),     # half of each box overlaps
+    ((0, 0, 0.5, 0.5), (0, 0, 1, 1), 0.25),           # contained, quarter of the area
+    ((-1, -1, 0, 0), (0, 0, 1, 1), 0.0),              # touching corners only
+    ((-1, -1, 1, 1), (-0.5, -0.5, 0.5, 0.5), 0.25),
+    ((0, 0, 0, 0), (0.3, 0.3, 0.3, 0.3), 1.0),        # both empty: "no target" agreed
+    ((0, 0, 0, 0), (0, 0, 1, 1), 0.0),                # one empty
+    ((1, 1, 0, 0), (0, 0, 1, 1), 0.0),                # inverted corners are an empty box
+])
+def test_bbox_iou_hand_values(recon, truth, expected):
+    got = bbox_iou(np.array([recon], float), np.array([truth], float))
+    np.testing.assert_allclose(got, [expected])
+
+
+def test_goal_bearing_wraps_and_pose_ignores_yaw():
+    np.testing.assert_allclose(goal_mse(np.array([[1.0, 3.1]]), np.array([[1.0, -3.1]])),
+                               [(2 * np.pi - 6.2) ** 2 / 2])
+    np.testing.assert_allclose(pose_position_error(np.array([[1.0, 1.0, 3.0]]), np.array([[4.0, 5.0, 0.0]])),
+                               [5.0])
+
+
+def test_relative_error_percent_and_zero_floor():
+    np.testing.assert_allclose(rel_error_percent(np.array([1.1, -3.0, 0.0]), np.array([1.0, -2.0, 4.0])),
+                               [10.0, 50.0, 100.0])
+    at_zero = rel_error_percent(np.array([1e-3]), np.array([0.0]))
+    np.testing.assert_allclose(at_zero, [100 * 1e-3 / 1e-6])
+    np.testing.assert_allclose(rel_error_percent(np.array([[2.0]]), np.array([1.0])), [100.0])  # (T,1)
+
+
+# --- actions ----------------------------------------------------------------------------------------
+
+
+def test_action_accuracy_accepts_float_reconstruction():
+    np.testing.assert_array_equal(action_accuracy(np.array([1.0, 2.0, 2.5]), np.array([1, 3, 2])),
+                                  [1.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("recon, truth, expected", [
+    ([0, 1, 2, 3], [3, 2, 1, 0], 0.0),                # permutation: order is ignored
+    ([0, 0], [1, 1], 1.0),                            # disjoint supports
+    ([0, 0, 0, 0], [0, 0, 1, 1], 0.5),
+    ([0, 1, 1], [0, 0, 1, 1, 2, 2], 0.5 * (abs(1 / 3 - 1 / 3) + abs(2 / 3 - 1 / 3) + 1 / 3)),
+])
+def test_action_hist_tv_hand_values(recon, truth, expected):
+    np.testing.assert_allclose(action_hist_tv(np.array(recon), np.array(truth)), [expected])
+
+
+def test_action_hist_tv_n_actions_and_unbinnable_values():
+    five = functools.partial(action_hist_tv, n_actions=5)
+    np.testing.assert_allclose(five(np.array([0, 4]), np.array([4, 4])), [0.5])
+    with pytest.raises(ValueError, match="outside"):
+        five(np.array([5]), np.array([0]))
+    assert np.isnan(action_hist_tv(np.array([0.5, 1.0]), np.array([0, 1]))[0])
+    assert np.isnan(action_hist_tv(np.array([-1, 1]), np.array([0, 1]))[0])
+
+
+# --- bootstrap --------------------------------------------------------------------------------------
+
+
+def test_bootstrap_ci_contains_mean_and_is_deterministic():
+    values = np.random.default_rng(5).normal(20, 4, 40)
+    mean, low, high = bootstrap_ci(values, n_resamples=2000, seed=7)
+    assert mean == pytest.approx(values.mean())
+    assert low < mean < high
+    assert bootstrap_ci(values, n_resamples=2000, seed=7) == (mean, low, high)
+    assert bootstrap_ci(values, n_resamples=2000, seed=8) != (mean, low, high)
+    narrow = bootstrap_ci(values, confidence=0.5, n_resamples=2000, seed=7)
+    assert narrow[2] - narrow[1] < high - low
+
+
+def test_bootstrap_ci_shrinks_with_more_samples():
+    rng = np.random.default_rng(6)
+    width = lambda v: np.subtract(*bootstrap_ci(v, n_resamples=2000)[2:0:-1])  # noqa: E731
+    assert width(rng.normal(0, 1, 1000)) < width(rng.normal(0, 1, 10)) / 4  # ~ 1/sqrt(n)
+
+
+def test_bootstrap_ci_ignores_nan_and_handles_degenerate_inputs():
+    values = np.array([1.0, 2.0, 4.0, 8.0])
+    assert bootstrap_ci(np.append(values, np.nan), n_resamples=1000) == bootstrap_ci(values, n_resamples=1000)
+    assert bootstrap_ci([3.5]) == (3.5, 3.5, 3.5)
+    assert bootstrap_ci([2.0, 2.0, 2.0, np.nan]) == (2.0, 2.0, 2.0)
+    assert all(math.isnan(x) for x in bootstrap_ci([np.nan, np.nan]))
+    assert all(math.isnan(x) for x in bootstrap_ci([]))
+    mean, low, high = bootstrap_ci([0.0, 1.0], n_resamples=1000)  # two values: still a finite interval
+    assert 0.0 <= low <= mean <= high <= 1.0
+
+
+def test_bootstrap_ci_falls_back_to_percentile_when_bca_is_undefined(monkeypatch):
+    from gradleak_bench.metrics import summary
+
+    real = summary._interval
+    methods = []
+
+    def bca_undefined(values, confidence, n_resamples, seed, method):
+        methods.append(method)
+        if method == "BCa":
+            return (math.nan, math.nan)
+        return real(values, confidence, n_resamples, seed, method)
+
+    monkeypatch.setattr(summary, "_interval", bca_undefined)
+    mean, low, high = summary.bootstrap_ci([1.0, 2.0, 3.0, 7.0], n_resamples=1000)
+    assert methods == ["BCa", "percentile"]
+    assert 1.0 <= low < mean < high <= 7.0
+
+
+def test_summarize_counts_failed_episodes_and_serialises():
+    summary = summarize([1.0, np.nan, 3.0, np.inf], n_resamples=1000)
+    assert (summary.n, summary.n_failed, summary.mean) == (2, 2, 2.0)
+    assert summary.to_dict()["n_failed"] == 2
+    assert MetricSummary(math.nan, math.nan, math.nan, 0, 3).to_dict()["mean"] is None
+
+
+# --- registry ---------------------------------------------------------------------------------------
+
+
+def test_unknown_metric_suggests_close_match():
+    with pytest.raises(UnknownNameError, match="Did you mean 'rgb_psnr'") as info:
+        get_metric("rgb_pnsr")
+    assert isinstance(info.value, KeyError)
+
+
+def test_duplicate_registration_is_refused():
+    with pytest.raises(ValueError, match="already registered"):
+        register_metric(get_metric("rgb_psnr"))
