@@ -114,3 +114,16 @@ def test_topk_defense_and_wandb_offline(tmp_path):
     assert result.summary["defense_params"] == {"keep": 0.1}
     assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
     assert np.isfinite(result.summary["ms_per_frame"])
+
+
+def test_the_tutorial_attack_in_the_docs_runs(tmp_path):
+    """docs/write-an-attack.md's code block is executed, not just shown."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "write-an-attack.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    (tmp_path / "my_attack.py").write_text(code)
+    result = _run(tmp_path, attack=f"{tmp_path / 'my_attack.py'}:HeadBiasArgmax", episodes=4)
+    assert result.n_failed == 0
+    assert result.summary["metrics"]["action_accuracy"]["mean"] > 0.9

@@ -11,6 +11,7 @@ shared wall is two slabs back to back (10 cm) and each side can carry its own ro
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -47,7 +48,7 @@ FABRIC_COLOURS: tuple[Rgb, ...] = (
 )
 LIGHT_COLOURS: tuple[Rgb, ...] = ((240, 240, 235), (225, 230, 240), (245, 230, 215))
 # Shipped pybullet_data images usable as tiling textures (path relative to pybullet_data).
-DATA_TEXTURES: tuple[str, ...] = ("checker_blue.png", "tex256.png", "table/table.png", "uvmap.png")
+DATA_TEXTURES: tuple[str, ...] = ("checker_blue.png", "table/table.png")
 PROCEDURAL_FLOOR_KINDS: tuple[str, ...] = ("planks", "tiles", "carpet")
 PROCEDURAL_WALL_KINDS: tuple[str, ...] = ("stripes", "plain", "dots", "plain")
 ROOM_KINDS: tuple[str, ...] = ("living", "bedroom", "kitchen", "office", "hall")
@@ -132,7 +133,8 @@ class Room:
     thresholds: tuple[tuple[float, float, float, float], ...]  # floor strips inside doorways
 
 
-PROP_TYPES: tuple[PropType, ...] = (
+# Targets of ActivePerception (one per episode, so a few thousand triangles are affordable).
+TARGET_TYPES: tuple[PropType, ...] = (
     PropType("duck", "duck_vhacd.urdf", 4.0, 0.22),
     PropType("teddy", "teddy_vhacd.urdf", 4.0, 0.25),
     PropType("soccerball", "soccerball.urdf", 0.32, 0.17),
@@ -140,6 +142,15 @@ PROP_TYPES: tuple[PropType, ...] = (
     PropType("sphere", "sphere2.urdf", 0.3, 0.16),
     PropType("tray", "tray/traybox.urdf", 0.6, 0.26),
     PropType("lego", "lego/lego.urdf", 8.0, 0.2),
+)
+# Decor stays low-poly: TinyRenderer transforms every triangle of every drawn body each frame.
+PROP_TYPES: tuple[PropType, ...] = (
+    PropType("mug", "objects/mug.urdf", 2.0, 0.12),
+    PropType("sphere", "sphere2.urdf", 0.25, 0.14),
+    PropType("tray", "tray/traybox.urdf", 0.6, 0.26),
+    PropType("cube", "cube_small.urdf", 5.0, 0.18),
+    PropType("jenga", "jenga/jenga.urdf", 3.0, 0.24),
+    PropType("domino", "domino/domino.urdf", 4.0, 0.2),
 )
 TABLE_PROP = PropType("table", "table/table.urdf", 1.0, 0.9)
 
@@ -157,6 +168,8 @@ class Apartment:
         props: Props from ``pybullet_data``, including full-size tables.
         free: Boolean grid (``ny, nx``) of cells where the robot's centre may stand: clear of every obstacle
             by the robot radius plus a margin, and all in one connected component.
+        visible: For each room, the rooms that can be seen from inside it (itself included), found by
+            casting rays through the doorways; the renderer skips the rest.
         cell: Grid cell size in metres.
     """
 
@@ -167,6 +180,7 @@ class Apartment:
     doors: tuple[Door, ...]
     props: tuple[Prop, ...]
     free: np.ndarray = field(repr=False)
+    visible: tuple[tuple[int, ...], ...] = ()
     cell: float = CELL
 
     @property
@@ -192,10 +206,55 @@ class Apartment:
         rows, cols = np.nonzero(self.free)
         return np.stack([(cols + 0.5) * self.cell, (rows + 0.5) * self.cell], axis=1)
 
+    def rooms_seen_from(self, x: float, y: float, reach: float = 0.4) -> tuple[int, ...]:
+        """Rooms possibly visible from a camera at (x, y): the union over rooms within ``reach`` metres."""
+        out: set[int] = set()
+        for room in self.rooms:
+            x0, y0, x1, y1 = room.inner
+            if x0 - reach <= x <= x1 + reach and y0 - reach <= y <= y1 + reach:
+                out.update(self.visible[room.index])
+        return tuple(sorted(out))
+
+    def rooms_in_view(self, x: float, y: float, yaw: float, half_angle: float = math.radians(70)) -> tuple[int, ...]:
+        """Rooms a camera at (x, y) looking along ``yaw`` may see: the rooms it stands in, plus, for each of
+        their doorways inside the (generously widened) horizontal view wedge, what is visible through it."""
+        near = self.rooms_near(x, y)
+        shown = set(near)
+        for a in near:
+            for d in self.doors:
+                if a not in (d.a, d.b) or not _door_in_wedge(d, x, y, yaw, half_angle):
+                    continue
+                b = d.b if d.a == a else d.a
+                shown.add(b)
+                shown.update(set(self.visible[b]) & set(self.visible[a]))
+        return tuple(sorted(shown))
+
+    def rooms_near(self, x: float, y: float, reach: float = 0.4) -> tuple[int, ...]:
+        """Rooms whose inner rectangle, grown by ``reach`` metres, holds (x, y)."""
+        out = []
+        for room in self.rooms:
+            x0, y0, x1, y1 = room.inner
+            if x0 - reach <= x <= x1 + reach and y0 - reach <= y <= y1 + reach:
+                out.append(room.index)
+        return tuple(out)
+
     def neighbours(self, room: int) -> tuple[int, ...]:
         """Rooms that share a doorway with ``room``, ascending."""
         out = {d.b for d in self.doors if d.a == room} | {d.a for d in self.doors if d.b == room}
         return tuple(sorted(out))
+
+
+def _door_in_wedge(d: Door, x: float, y: float, yaw: float, half_angle: float) -> bool:
+    lo, hi = d.along - DOOR_WIDTH / 2, d.along + DOOR_WIDTH / 2
+    ends = ((d.coord, lo), (d.coord, hi)) if d.axis == "x" else ((lo, d.coord), (hi, d.coord))
+    if min(math.hypot(ex - x, ey - y) for ex, ey in ends) < 0.6:
+        return True
+    angles = [(math.atan2(ey - y, ex - x) - yaw + math.pi) % (2 * math.pi) - math.pi for ex, ey in ends]
+    if any(abs(a) <= half_angle for a in angles):
+        return True
+    a1, a2 = sorted(angles)
+    # Both ends outside the wedge: the doorway still crosses it if it spans the forward direction.
+    return a2 - a1 < math.pi and a1 < 0 < a2
 
 
 def layout_rng(layout_id: int) -> np.random.Generator:
@@ -228,7 +287,37 @@ def generate_apartment(layout_id: int) -> Apartment:
         props.extend(room_props)
     free = _largest_component(_inflate(occupied))
     free.flags.writeable = False
-    return Apartment(layout_id, xs, ys, tuple(rooms), doors, tuple(props), free)
+    walls = _rasterise(xs, ys, [b for s in shells for b in s.walls])
+    visible = _visibility(layout_rng(layout_id + 1_000_003), rooms, doors, walls)
+    return Apartment(layout_id, xs, ys, tuple(rooms), doors, tuple(props), free, visible)
+
+
+def _visibility(rng: np.random.Generator, rooms, doors, walls: np.ndarray, n_rays: int = 800):
+    """Conservative room-to-room visibility: a room sees another if any sampled segment between them
+    crosses no wall cell. Direct neighbours always count, so a miss can only hide rooms two doors away."""
+    n = len(rooms)
+    seen = [{i} for i in range(n)]
+    for d in doors:
+        seen[d.a].add(d.b)
+        seen[d.b].add(d.a)
+    steps = np.linspace(0.0, 1.0, 160)[None, :, None]
+    for a in range(n):
+        for b in range(a + 1, n):
+            if b in seen[a]:
+                continue
+            pa, pb = _sample_in(rng, rooms[a].inner, n_rays), _sample_in(rng, rooms[b].inner, n_rays)
+            pts = pa[:, None, :] + (pb - pa)[:, None, :] * steps
+            i = np.clip((pts[..., 1] / CELL).astype(int), 0, walls.shape[0] - 1)
+            j = np.clip((pts[..., 0] / CELL).astype(int), 0, walls.shape[1] - 1)
+            if (~walls[i, j].any(axis=1)).any():
+                seen[a].add(b)
+                seen[b].add(a)
+    return tuple(tuple(sorted(s)) for s in seen)
+
+
+def _sample_in(rng: np.random.Generator, rect, n: int) -> np.ndarray:
+    x0, y0, x1, y1 = rect
+    return np.stack([rng.uniform(x0, x1, n), rng.uniform(y0, y1, n)], axis=1)
 
 
 def _grid_lines(rng: np.random.Generator, n: int) -> tuple[float, ...]:

@@ -1,4 +1,4 @@
-"""A light kinematic mobile robot: a collision cylinder (no visual shape, so the camera never sees it)."""
+"""A light kinematic mobile robot: a collision cylinder that the camera never draws."""
 from __future__ import annotations
 
 import math
@@ -6,6 +6,7 @@ import math
 import pybullet as p
 
 from gradleak_bench.envs.pybullet.apartment import ROBOT_HEIGHT, ROBOT_RADIUS
+from gradleak_bench.envs.pybullet.scene import invisible_visual
 
 MAX_PITCH_DEG = 30.0
 # The cylinder floats just above the floor so the floor never counts as a collision.
@@ -32,7 +33,8 @@ class Robot:
         self.radius = radius
         self._z = _FLOOR_CLEARANCE + height / 2
         shape = p.createCollisionShape(p.GEOM_CYLINDER, radius=radius, height=height, physicsClientId=client)
-        self.body = p.createMultiBody(0, shape, -1, (0.0, 0.0, self._z), physicsClientId=client)
+        # A transparent stand-in visual: without any visual shape TinyRenderer would draw the cylinder.
+        self.body = p.createMultiBody(0, shape, invisible_visual(client), (0.0, 0.0, self._z), physicsClientId=client)
         self._obstacles = frozenset(obstacles)
         self.x = self.y = self.yaw = self.pitch = 0.0
 

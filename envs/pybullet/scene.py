@@ -52,6 +52,23 @@ class Scene:
     client: int
     obstacles: tuple[int, ...]
     props: tuple[int, ...]
+    room_bodies: tuple[tuple[int, ...], ...]
+    colours: dict[int, tuple[tuple[int, tuple[float, ...]], ...]]  # body -> (shape index, rgba) to restore
+    shown: set[int]
+
+    def show_rooms(self, rooms: tuple[int, ...]) -> None:
+        """Draw only the bodies of ``rooms``.
+
+        Hidden bodies get alpha 0, which TinyRenderer skips entirely; rooms behind solid walls would
+        otherwise cost as much as the room in view, since every triangle is rasterised, occluded or not.
+        """
+        wanted = set(rooms)
+        for room in sorted(self.shown ^ wanted):
+            for body in self.room_bodies[room]:
+                for shape, rgba in self.colours[body]:
+                    colour = rgba if room in wanted else (*rgba[:3], 0.0)
+                    p.changeVisualShape(body, -1, shapeIndex=shape, rgbaColor=colour, physicsClientId=self.client)
+        self.shown = wanted
 
 
 def build_scene(client: int, apartment: Apartment) -> Scene:
@@ -68,11 +85,22 @@ def build_scene(client: int, apartment: Apartment) -> Scene:
     p.setAdditionalSearchPath(pybullet_data.getDataPath(), physicsClientId=client)
     textures: dict[Texture, int] = {}
     obstacles = []
+    room_bodies: list[list[int]] = []
     for room in apartment.rooms:
-        _build_room_visuals(client, room, textures)
+        room_bodies.append(_build_room_visuals(client, room, textures))
         obstacles.append(_build_room_collision(client, room))
     props = tuple(load_prop(client, prop) for prop in apartment.props)
-    return Scene(apartment, client, tuple(sorted(obstacles + list(props))), props)
+    for prop, body in zip(apartment.props, props):
+        room_bodies[prop.room].append(body)
+    colours = {body: visual_colours(client, body) for bodies in room_bodies for body in bodies}
+    return Scene(apartment, client, tuple(sorted(obstacles + list(props))), props,
+                 tuple(tuple(b) for b in room_bodies), colours, set(range(len(apartment.rooms))))
+
+
+def visual_colours(client: int, body: int) -> tuple[tuple[int, tuple[float, ...]], ...]:
+    """(shape index, rgba) of each visual shape of a single-link body, in shape order."""
+    data = p.getVisualShapeData(body, physicsClientId=client)
+    return tuple((k, tuple(float(v) for v in d[7])) for k, d in enumerate(data) if d[1] == -1)
 
 
 def load_prop(client: int, prop: Prop) -> int:
@@ -143,21 +171,21 @@ def _world_uv(corners: np.ndarray, normal: np.ndarray, tile: float) -> np.ndarra
     return np.stack([along, corners[:, 2]], axis=1) / tile
 
 
-def _build_room_visuals(client: int, room: Room, textures: dict[Texture, int]) -> None:
+def _build_room_visuals(client: int, room: Room, textures: dict[Texture, int]) -> list[int]:
     floor = _MeshBuilder()
     x0, y0, x1, y1 = room.inner
     for rx0, ry0, rx1, ry1 in ((x0, y0, x1, y1),) + room.thresholds:
         box = Box(((rx0 + rx1) / 2, (ry0 + ry1) / 2, -0.01), ((rx1 - rx0) / 2, (ry1 - ry0) / 2, 0.01), (0, 0, 0))
         corners, n = _face(box, "+z")
         floor.quad(corners, n, _world_uv(corners, n, room.floor.tile_m))
-    floor.body(client, _texture(client, room.floor, textures))
+    bodies = [floor.body(client, _texture(client, room.floor, textures))]
 
     walls = _MeshBuilder()
     for box in room.walls:
         for face in box.faces:
             corners, n = _face(box, face)
             walls.quad(corners, n, _world_uv(corners, n, room.wall.tile_m))
-    walls.body(client, _texture(client, room.wall, textures))
+    bodies.append(walls.body(client, _texture(client, room.wall, textures)))
 
     palette = _palette(room.furniture)
     furniture = _MeshBuilder()
@@ -167,7 +195,8 @@ def _build_room_visuals(client: int, room: Room, textures: dict[Texture, int]) -
             corners, n = _face(box, face)
             furniture.quad(corners, n, np.tile([u, 0.5], (4, 1)))
     if palette:
-        furniture.body(client, _texture(client, Texture("palette", colours=tuple(palette)), textures))
+        bodies.append(furniture.body(client, _texture(client, Texture("palette", colours=tuple(palette)), textures)))
+    return [b for b in bodies if b is not None]
 
 
 def _palette(boxes: tuple[Box, ...]) -> list[tuple[int, int, int]]:
@@ -183,7 +212,16 @@ def _build_room_collision(client: int, room: Room) -> int:
     shape = p.createCollisionShapeArray(
         shapeTypes=[p.GEOM_BOX] * len(boxes), halfExtents=[list(b.half) for b in boxes],
         collisionFramePositions=[list(b.center) for b in boxes], physicsClientId=client)
-    return p.createMultiBody(0, shape, -1, physicsClientId=client)
+    return p.createMultiBody(0, shape, invisible_visual(client), physicsClientId=client)
+
+
+def invisible_visual(client: int) -> int:
+    """A fully transparent visual shape for collision-only bodies.
+
+    TinyRenderer draws the collision shapes of a body that has no visual shape; a visual with alpha 0 is
+    skipped entirely, which makes the body both invisible and free to render.
+    """
+    return p.createVisualShape(p.GEOM_SPHERE, radius=0.01, rgbaColor=(0, 0, 0, 0), physicsClientId=client)
 
 
 # ---------------------------------------------------------------- textures
@@ -239,11 +277,10 @@ def texture_image(spec: Texture) -> np.ndarray:
     elif spec.kind == "carpet":
         img = c1 * rng.uniform(0.8, 1.05, size=(n, n, 1))
     elif spec.kind == "stripes":
-        width = int(rng.integers(3, 9))
+        width = int(rng.integers(8, 17))
         img = np.where(((xx // width) % 2 == 0)[..., None], c1, 0.8 * c1 + 0.2 * c2)
     elif spec.kind == "dots":
         img = np.where((((xx % 16) - 8) ** 2 + ((yy % 16) - 8) ** 2 < 6)[..., None], 0.6 * c1 + 0.4 * c2, c1)
-    else:  # plain, with a faint lower dado band so walls still read as walls
+    else:
         img = np.tile(c1, (n, n, 1))
-        img[: n // 10] = 0.8 * c1
     return np.clip(img, 0, 255).astype(np.uint8)

@@ -1,0 +1,197 @@
+"""Fast tests of the PyBullet household environments."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import gradleak_bench  # noqa: F401  registers the gym ids
+from gradleak_bench.envs.pybullet.apartment import generate_apartment
+from gradleak_bench.envs.pybullet.household import ActivePerceptionEnv, PointNavEnv
+from gradleak_bench.errors import InvalidLayoutError, UnknownNameError
+from gradleak_bench.splits import layouts
+
+TRAIN = layouts("train")
+
+
+@pytest.fixture(scope="module")
+def pointnav():
+    env = PointNavEnv(layouts=[0, 1])
+    yield env
+    env.close()
+
+
+@pytest.fixture(scope="module")
+def active():
+    env = ActivePerceptionEnv(layouts=[0, 1])
+    yield env
+    env.close()
+
+
+def test_registered_ids_and_limits():
+    import importlib
+
+    importlib.reload(gradleak_bench.envs)  # registering twice must be harmless
+    assert gym.spec("gradleak/PointNav-v0").max_episode_steps == 200
+    assert gym.spec("gradleak/ActivePerception-v0").max_episode_steps == 100
+    env = gym.make("gradleak/PointNav-v0", layouts=[TRAIN[0]])
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (64, 64, 3)
+    env.close()
+
+
+def test_pointnav_spaces_and_info(pointnav):
+    obs, info = pointnav.reset(seed=1, options={"layout_id": 0})
+    assert pointnav.observation_space.contains(obs) and obs.dtype == np.uint8
+    assert pointnav.action_space.n == 5
+    for key in ("pose", "layout_id", "room", "collided", "depth", "camera_pitch", "goal", "goal_position", "success"):
+        assert key in info
+    assert info["pose"].dtype == np.float32 and info["pose"].shape == (3,)
+    assert info["depth"].dtype == np.float32 and info["depth"].shape == (64, 64)
+    assert 0.0 < info["depth"].min() and info["depth"].max() <= 10.0
+    assert info["goal"].dtype == np.float32 and 1.5 <= info["goal"][0] <= 6.0 + 1e-5
+    assert info["layout_id"] == 0 and info["room"] >= 0
+    obs, reward, terminated, truncated, info = pointnav.step(3)
+    assert info["camera_pitch"] == 15.0 and not truncated
+    for _ in range(3):
+        obs, *_ , info = pointnav.step(3)
+    assert info["camera_pitch"] == 30.0  # clamped
+
+
+def test_pointnav_goal_reward_and_termination(pointnav):
+    pointnav.reset(seed=2, options={"layout_id": 1})
+    gx, gy = (float(v) for v in pointnav.goal_position)
+    _, reward, terminated, _, info = pointnav.step(1)
+    assert reward == pytest.approx(-0.01) and not terminated
+    # Stand just over 1 m short of the goal, facing it, then step in.
+    for angle in np.linspace(-math.pi, math.pi, 24, endpoint=False):
+        x, y = gx - 1.2 * math.cos(angle), gy - 1.2 * math.sin(angle)
+        if pointnav.apartment.is_free(x, y):
+            break
+    pointnav.robot.set_pose(x, y, float(angle))
+    _, reward, terminated, _, info = pointnav.step(0)
+    assert not info["collided"]
+    assert terminated and info["success"] and reward == pytest.approx(0.99)
+    assert abs(float(info["goal"][1])) < 1e-4  # bearing: straight ahead
+
+
+def test_blocked_move_into_wall_does_not_move(pointnav):
+    pointnav.reset(seed=0, options={"layout_id": 0})
+    room = pointnav.apartment.rooms[0]  # its west side is an outer wall: no doorway there
+    x0, y0, _, y1 = room.inner
+    x = x0 + 0.2
+    for y in np.linspace(y0 + 0.3, y1 - 0.3, 15):
+        if not pointnav.robot.collides_at(x, float(y)):
+            break
+    pointnav.robot.set_pose(x, float(y), math.pi)  # facing the wall
+    _, _, _, _, info = pointnav.step(0)
+    assert info["collided"]
+    np.testing.assert_allclose(info["pose"][:2], [x, y], atol=1e-6)
+    before = info["pose"].copy()
+    _, _, _, _, info = pointnav.step(1)  # turning never collides
+    assert not info["collided"] and np.allclose(info["pose"][:2], before[:2])
+
+
+def test_84_pixels():
+    env = ActivePerceptionEnv(layouts=[0], image_size=84)
+    obs, info = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    assert obs["rgb"].shape == (84, 84, 3) and obs["depth"].shape == (84, 84, 1) and info["depth"].shape == (84, 84)
+    env.close()
+    env = PointNavEnv(layouts=[0], image_size=84, render_mode="rgb_array")
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (84, 84, 3) and env.render().shape == (84, 84, 3)
+    env.close()
+
+
+def test_active_perception_spaces_bbox_reward(active):
+    obs, info = active.reset(seed=3, options={"layout_id": 0})
+    assert active.observation_space.contains(obs) and active.action_space.n == 7
+    assert obs["depth"].dtype == np.float32 and obs["bbox"].dtype == np.float32
+    assert "target_visible" in info and "visibility" in info
+    # Face the target from 1.5 m: it must be seen, with a non-zero box inside [-1, 1].
+    tx, ty = (float(v) for v in active.target_position)
+    for angle in np.linspace(-math.pi, math.pi, 36, endpoint=False):
+        x, y = tx - 1.5 * math.cos(angle), ty - 1.5 * math.sin(angle)
+        if active.apartment.is_free(x, y) and not active.robot.collides_at(x, y):
+            break
+    active.robot.set_pose(x, y, float(angle))
+    obs, reward, terminated, _, info = active.step(6)
+    assert info["target_visible"] and 0.0 < info["visibility"] <= 1.0
+    assert np.any(obs["bbox"] != 0) and np.all(np.abs(obs["bbox"]) <= 1.0)
+    assert obs["bbox"][0] < obs["bbox"][2] and obs["bbox"][1] < obs["bbox"][3]
+    assert reward == pytest.approx(info["visibility"] - 0.01) and not terminated
+    active.robot.set_pose(x, y, float(angle) + math.pi)  # facing away
+    obs, reward, _, _, info = active.step(6)
+    assert not info["target_visible"] and np.all(obs["bbox"] == 0) and reward == pytest.approx(-0.01)
+
+
+def test_invalid_layouts():
+    with pytest.raises(InvalidLayoutError, match="out of range"):
+        PointNavEnv(layouts=[120])
+    with pytest.raises(InvalidLayoutError, match="out of range"):
+        PointNavEnv(layouts=[-1])
+    with pytest.raises(UnknownNameError):
+        PointNavEnv(layouts="held-out")
+    env = PointNavEnv(layouts=[0])
+    with pytest.raises(InvalidLayoutError, match="not among this env's"):
+        env.reset(seed=0, options={"layout_id": 13})
+    with pytest.raises(InvalidLayoutError, match="out of range"):
+        env.reset(seed=0, options={"layout_id": 500})
+    env.close()
+
+
+def test_apartments_are_connected_and_distinct():
+    a, b = generate_apartment(13), generate_apartment(31)
+    assert a.free.any() and b.free.any()
+    assert (a.xs, a.ys) != (b.xs, b.ys) or a.rooms[0].floor != b.rooms[0].floor
+    for apt in (a, b):
+        assert len(apt.doors) >= len(apt.rooms) - 1
+        for x, y in apt.free_points()[::50]:
+            assert apt.room_of(x, y) >= 0
+
+
+_DETERMINISM_SCRIPT = textwrap.dedent("""
+    import hashlib, sys
+    import gymnasium as gym
+    import numpy as np
+    import gradleak_bench  # noqa: F401
+    task, layout = sys.argv[1], int(sys.argv[2])
+    env = gym.make(task, layouts=[layout])
+    h = hashlib.sha256()
+    def feed(obs, info):
+        for part in (obs.values() if isinstance(obs, dict) else [obs]):
+            h.update(np.ascontiguousarray(part).tobytes())
+        h.update(info["depth"].tobytes()); h.update(info["pose"].tobytes())
+    obs, info = env.reset(seed=123, options={"layout_id": layout})
+    feed(obs, info)
+    for t in range(25):
+        obs, r, term, trunc, info = env.step((t * 7 + 3) % env.action_space.n)
+        feed(obs, info); h.update(np.float64(r).tobytes())
+    print(h.hexdigest())
+""")
+
+
+def _hash_in_fresh_process(task: str, layout: int) -> str:
+    out = subprocess.run([sys.executable, "-c", _DETERMINISM_SCRIPT, task, str(layout)],
+                         capture_output=True, text=True, check=True, timeout=120)
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("task", ["gradleak/PointNav-v0", "gradleak/ActivePerception-v0"])
+def test_determinism_across_processes(task):
+    first, second = _hash_in_fresh_process(task, 13), _hash_in_fresh_process(task, 13)
+    assert first == second
+
+
+def test_different_layouts_give_different_frames():
+    env = PointNavEnv(layouts=[13, 31])
+    a, _ = env.reset(seed=5, options={"layout_id": 13})
+    b, _ = env.reset(seed=5, options={"layout_id": 31})
+    assert not np.array_equal(a, b)
+    env.close()
