@@ -16,6 +16,7 @@ import torch
 from gymnasium import spaces
 from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
 from gradleak_bench.records import LossSpec
 from gradleak_bench.stream.per_sample import LossInputs, PerSampleGradients
@@ -266,8 +267,13 @@ def test_ppo_batch_rows_equal_sb3_alone_with_ratio_and_clipping() -> None:
                                            float(returns[i]), float(old_log_prob[i]))
         for path, grads in outputs.items():
             _compare(expected, _row(grads, i), f"ppo-batch/multi/{path}")
-    # The clipped samples' policy term is zero: only value and entropy terms reach the action head.
-    assert not torch.allclose(outputs["vmap"]["action_net.weight"][2], outputs["vmap"]["action_net.weight"][4])
+    # Where the clip is active (samples 2 and 3) the policy term has no gradient: the same samples with a
+    # zero advantage give the same gradient; where it is not (4 and 5) they do not.
+    zero_adv = LossInputs(inputs.obs, inputs.actions, torch.zeros(batch), inputs.returns, inputs.old_log_prob)
+    without_pg = PerSampleGradients(model.policy, SPECS["ppo"])(zero_adv)["action_net.weight"]
+    with_pg = outputs["default"]["action_net.weight"]
+    torch.testing.assert_close(with_pg[2:4], without_pg[2:4], rtol=1e-6, atol=1e-8)
+    assert not torch.allclose(with_pg[4:], without_pg[4:])
 
 
 def test_dqn_batch_rows_equal_sb3_alone() -> None:
@@ -288,6 +294,78 @@ def test_dqn_batch_rows_equal_sb3_alone() -> None:
             _compare(expected, _row(grads, i), f"dqn-batch/cnn/{path}")
 
 
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "reinforce", "dqn"])
+def test_layerwise_path_applies_and_equals_vmap(algo: str) -> None:
+    """The fast path serves every standard policy and agrees with the vmap path to 1e-6."""
+    for kind in ("cnn", "multi", "mlp"):
+        model = _make_model(algo, kind)
+        obs = _to_tensor(model, _sample_obs(model, np.random.default_rng(9), 4))
+        inputs = LossInputs(obs, torch.tensor([0, 1, 2, 3]), torch.randn(4), torch.randn(4),
+                            q_targets=3 * torch.randn(4))
+        engine = PerSampleGradients(model.policy, SPECS[algo])
+        fast, reference = engine(inputs), engine.vmap_gradients(inputs)
+        assert engine.uses_fast_path, kind
+        for name, ref in reference.items():
+            torch.testing.assert_close(fast[name], ref, rtol=1e-6, atol=1e-6 * ref.abs().max().item() + 1e-12)
+
+
+class _LayerNormExtractor(BaseFeaturesExtractor):
+    """A features extractor with a layer the fast path does not cover."""
+
+    def __init__(self, observation_space: spaces.Box):
+        super().__init__(observation_space, features_dim=8)
+        self.net = torch.nn.Sequential(torch.nn.Linear(observation_space.shape[0], 8), torch.nn.LayerNorm(8))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs)
+
+
+class _PaddedCnn(BaseFeaturesExtractor):
+    """Padded, dilated and non-square convolutions: the layer-wise path's ``unfold`` branch."""
+
+    def __init__(self, observation_space: spaces.Box):
+        super().__init__(observation_space, features_dim=8)
+        self.cnn = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 4, (3, 5), stride=2, padding=1), torch.nn.ReLU(),
+            torch.nn.Conv2d(4, 4, 3, dilation=2, bias=False), torch.nn.ReLU(), torch.nn.Flatten(),
+        )
+        with torch.no_grad():
+            n_flat = self.cnn(torch.zeros(1, *observation_space.shape)).shape[1]
+        self.linear = torch.nn.Linear(n_flat, 8)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.linear(self.cnn(obs))
+
+
+def test_padded_dilated_convolutions_are_exact() -> None:
+    env = _TinyEnv(OBS_SPACES["cnn"]())
+    model = A2C("CnnPolicy", env, n_steps=1, seed=0, device="cpu", max_grad_norm=math.inf,
+                ent_coef=SPECS["a2c"].ent_coef, vf_coef=SPECS["a2c"].vf_coef,
+                policy_kwargs=dict(features_extractor_class=_PaddedCnn, net_arch=[8]))
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    engine = PerSampleGradients(model.policy, SPECS["a2c"])
+    obs = _sample_obs(model, np.random.default_rng(11), 1)
+    expected = _sb3_on_policy_gradient(model, obs[0], 4, -0.9, 0.7, 0.0)
+    got = engine(LossInputs(_to_tensor(model, obs), torch.tensor([4]), torch.tensor([-0.9]), torch.tensor([0.7])))
+    assert engine.uses_fast_path
+    _compare(expected, _row(got, 0), "a2c/padded-cnn/default")
+
+
+def test_other_layers_fall_back_to_vmap_and_stay_exact() -> None:
+    env = _TinyEnv(OBS_SPACES["mlp"]())
+    model = PPO("MlpPolicy", env, n_steps=1, batch_size=1, n_epochs=1, normalize_advantage=False, seed=0,
+                device="cpu", max_grad_norm=math.inf, ent_coef=SPECS["ppo"].ent_coef,
+                policy_kwargs=dict(features_extractor_class=_LayerNormExtractor, net_arch=[8]))
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    engine = PerSampleGradients(model.policy, SPECS["ppo"])
+    assert not engine.uses_fast_path
+    obs = _sample_obs(model, np.random.default_rng(10), 1)
+    old = float(_current_log_prob(model, obs, np.array([1]))[0])
+    expected = _sb3_on_policy_gradient(model, obs[0], 1, 0.6, 0.4, old)
+    got = engine(LossInputs(_to_tensor(model, obs), torch.tensor([1]), torch.tensor([0.6]), torch.tensor([0.4])))
+    _compare(expected, _row(got, 0), "ppo/layernorm/vmap")
+
+
 @pytest.mark.parametrize("algo", ["ppo", "dqn"])
 def test_engine_leaves_policy_untouched(algo: str) -> None:
     """No engine gradient reaches .grad, and no parameter changes."""
@@ -299,6 +377,9 @@ def test_engine_leaves_policy_untouched(algo: str) -> None:
                         q_targets=torch.zeros(3))
     engine = PerSampleGradients(model.policy, SPECS[algo], chunk_size=2)
     grads = engine(inputs)
+    unchunked = PerSampleGradients(model.policy, SPECS[algo]).vmap_gradients(inputs)
+    for name, ref in unchunked.items():
+        torch.testing.assert_close(grads[name], ref, rtol=1e-6, atol=1e-6 * ref.abs().max().item() + 1e-12)
     losses = engine.losses(inputs)
     assert losses.shape == (3,) and torch.isfinite(losses).all()
     assert {n: tuple(g.shape[1:]) for n, g in grads.items()} == engine.param_shapes
