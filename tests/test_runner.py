@@ -17,8 +17,10 @@ def _run(tmp_path, **kw):
     return evaluate(EvaluateConfig(**base), progress=False)
 
 
-@pytest.mark.parametrize("task,victim", [("PointNav", "ppo_compact"), ("ActivePerception", "dqn_compact")])
+@pytest.mark.parametrize("task,victim", [("PointNav", "ppo_compact"), ("PointNav", "a2c"),
+                                         ("ActivePerception", "dqn_compact"), ("ActivePerception", "reinforce")])
 def test_closed_form_recovers_every_action_at_init(tmp_path, task, victim):
+    """TRACE's theorem (PPO/A2C/REINFORCE) and QGI's one-hot rule (DQN) as a fidelity check of the stream."""
     result = _run(tmp_path, task=task, victim=victim)
     summary = json.loads((tmp_path / "run" / "results.json").read_text())
     acc = summary["metrics"]["action_accuracy"]

@@ -202,6 +202,11 @@ class PointNavEnv(HouseholdEnv):
     Actions: 0 move ahead 0.25 m, 1 rotate left 15 deg, 2 rotate right 15 deg, 3 look up 15 deg, 4 look down
     15 deg. Reward: -0.01 per step, plus 1 on the step that ends within ``SUCCESS_DISTANCE`` of the goal,
     which terminates the episode. Goals are drawn 1.5-6 m from the start in the start's connected free space.
+
+    ``progress_reward`` (default 0: the task's reward as specified) adds that factor times the reduction of
+    the straight-line distance to the goal at each step, Habitat's PointNav shaping; the victim zoo trains
+    with it, because from pixels the sparse reward alone does not train a NatureCNN policy within a CPU
+    budget (measured: 0% success after 60k PPO steps, random 12.5%).
     """
 
     ACTIONS = (("move", MOVE_STEP, 0.0), ("rotate", TURN_DEG, 0.0), ("rotate", -TURN_DEG, 0.0),
@@ -210,11 +215,13 @@ class PointNavEnv(HouseholdEnv):
     GOAL_RANGE = (1.5, 6.0)
 
     def __init__(self, layouts: str | Sequence[int] = "train", image_size: int = 64,
-                 render_mode: str | None = None, fov: float = 90.0):
+                 render_mode: str | None = None, fov: float = 90.0, progress_reward: float = 0.0):
         super().__init__(layouts, image_size, render_mode, fov)
         n = self.image_size
         self.observation_space = spaces.Box(0, 255, (n, n, 3), dtype=np.uint8)
         self.goal_position = np.zeros(2, dtype=np.float32)
+        self.progress_reward = float(progress_reward)
+        self._last_distance = 0.0
 
     def _on_build(self) -> None:
         # Visual only (no collision shape): the robot can drive into it, and it never blocks a move.
@@ -231,6 +238,7 @@ class PointNavEnv(HouseholdEnv):
         self.goal_position = goal.astype(np.float32)
         p.resetBasePositionAndOrientation(self._beacon, (float(goal[0]), float(goal[1]), 1.0), (0, 0, 0, 1),
                                           physicsClientId=self._client)
+        self._last_distance = float(self._goal_vector()[0])
 
     def _goal_vector(self) -> np.ndarray:
         r = self.robot
@@ -243,7 +251,9 @@ class PointNavEnv(HouseholdEnv):
 
     def _reward(self) -> tuple[float, bool]:
         success = self._success()
-        return -STEP_PENALTY + (1.0 if success else 0.0), success
+        distance = float(self._goal_vector()[0])
+        progress, self._last_distance = self._last_distance - distance, distance
+        return -STEP_PENALTY + (1.0 if success else 0.0) + self.progress_reward * progress, success
 
     def _observation(self) -> np.ndarray:
         return self._frame.rgb.copy()

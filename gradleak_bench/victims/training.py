@@ -44,7 +44,8 @@ def _make_model(spec: VictimSpec) -> Any:
     from stable_baselines3.common.env_util import make_vec_env
 
     task = get_task(spec.task)
-    env = make_vec_env(lambda: gym.make(task.gym_id, layouts="train", image_size=spec.image_size),
+    env = make_vec_env(lambda: gym.make(task.gym_id, layouts="train", image_size=spec.image_size,
+                                        **spec.train.env_kwargs),
                        n_envs=spec.train.n_envs, seed=spec.train.seed)
     algo = algorithm_class(spec.algo)
     model = algo(spec.policy, env, seed=spec.train.seed, device="cpu", verbose=0,

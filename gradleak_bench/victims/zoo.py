@@ -27,6 +27,7 @@ class TrainSpec:
     n_envs: int
     seed: int
     hyperparams: dict[str, Any] = field(default_factory=dict)
+    env_kwargs: dict[str, Any] = field(default_factory=dict)  # training-only env options (reward shaping)
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,10 @@ class VictimSpec:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
+# Habitat-style progress shaping for training PointNav victims only; the task reward stays as specified.
+SHAPED = {"progress_reward": 1.0}
+
+
 def _ppo(name: str, policy_kwargs: dict[str, Any], timesteps: int, description: str) -> VictimSpec:
     hp = dict(n_steps=128, batch_size=64, n_epochs=4, learning_rate=2.5e-4, ent_coef=0.01, clip_range=0.2,
               gamma=0.99, gae_lambda=0.95, vf_coef=0.5, max_grad_norm=0.5)
@@ -79,7 +84,7 @@ def _ppo(name: str, policy_kwargs: dict[str, Any], timesteps: int, description: 
         task="PointNav", name=name, algo="ppo", policy="CnnPolicy", policy_kwargs=policy_kwargs,
         loss=LossSpec(algo="ppo", gamma=0.99, gae_lambda=0.95, ent_coef=0.01, vf_coef=0.5, clip_range=0.2,
                       advantage_normalization="episode"),
-        train=TrainSpec(total_timesteps=timesteps, n_envs=4, seed=1, hyperparams=hp),
+        train=TrainSpec(total_timesteps=timesteps, n_envs=4, seed=1, hyperparams=hp, env_kwargs=SHAPED),
         description=description,
     )
 
@@ -87,16 +92,16 @@ def _ppo(name: str, policy_kwargs: dict[str, Any], timesteps: int, description: 
 VICTIMS: dict[str, VictimSpec] = {
     spec.key: spec
     for spec in (
-        _ppo("ppo", {}, 60_000, "PPO, SB3 CnnPolicy (NatureCNN, 604k parameters), TRACE's victim"),
+        _ppo("ppo", {}, 150_000, "PPO, SB3 CnnPolicy (NatureCNN, 604k parameters), TRACE's victim"),
         _ppo("ppo_compact", {"features_extractor": "CompactCNN", "net_arch": []}, 20_000,
              "PPO with a 2-layer CNN (about 30k parameters): fast tests"),
         VictimSpec(
             task="PointNav", name="a2c", algo="a2c", policy="CnnPolicy", policy_kwargs={},
             loss=LossSpec(algo="a2c", gamma=0.99, gae_lambda=1.0, ent_coef=0.01, vf_coef=0.5,
                           advantage_normalization="none"),
-            train=TrainSpec(total_timesteps=60_000, n_envs=4, seed=1, hyperparams=dict(
+            train=TrainSpec(total_timesteps=150_000, n_envs=4, seed=1, hyperparams=dict(
                 n_steps=16, learning_rate=7e-4, ent_coef=0.01, vf_coef=0.5, gamma=0.99, gae_lambda=1.0,
-                max_grad_norm=0.5)),
+                max_grad_norm=0.5), env_kwargs=SHAPED),
             description="A2C, SB3 CnnPolicy (NatureCNN)",
         ),
         VictimSpec(
