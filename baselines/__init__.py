@@ -11,3 +11,14 @@ register("defense", "gaussian_noise", "gradleak_bench.baselines.defenses.basic:G
          "add N(0, sigma^2) per coordinate (param: sigma)")
 register("defense", "topk", "gradleak_bench.baselines.defenses.basic:TopK",
          "keep the largest `keep` fraction of coordinates per step (param: keep)")
+
+register("attack", "inverting_gradients", "gradleak_bench.baselines.attacks.inverting:InvertingGradients",
+         "Geiping et al.: cosine gradient matching + TV, signed Adam, box, restarts (params: preset, iterations, tv)")
+register("attack", "dlg", "gradleak_bench.baselines.attacks.inverting:DLG",
+         "Zhu et al.: L2 gradient distance, L-BFGS, action optimised jointly (params: preset, iterations)")
+register("attack", "idlg", "gradleak_bench.baselines.attacks.inverting:IDLG",
+         "Zhao et al.: DLG with the action read from the gradient first (params: preset, iterations)")
+register("attack", "qgi", "gradleak_bench.baselines.attacks.inverting:QGI",
+         "QGI (DQN): rule action, surrogate <grad_b J, F(x)>, two-stage states, rule Q/TD target (params: preset)")
+register("attack", "rgi", "gradleak_bench.baselines.attacks.inverting:RGI",
+         "RGI (REINFORCE): surrogate objective, two-stage states, action by enumeration, return (params: preset)")

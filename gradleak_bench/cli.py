@@ -83,7 +83,7 @@ def generate(
     checkpoint: str = typer.Option("init", help="init or trained"),
     episodes: Optional[int] = typer.Option(None, help="episodes per layout (default: the task's standard)"),
     seed: int = typer.Option(0, help="dataset seed (the standard split uses 0)"),
-    out: Optional[Path] = typer.Option(None, help="output .h5 file (default: the cache)"),
+    out: Optional[Path] = typer.Option(None, help="output folder for DATASET_KEY.h5 (default: the cache)"),
 ) -> None:
     """Generate (or re-verify) an episode dataset and print its sha256 and a summary.
 
@@ -95,7 +95,7 @@ def generate(
     from gradleak_bench import dataset as datasets
 
     config = datasets.standard_config(task, victim, checkpoint, split, episodes, seed)
-    ds = datasets.load_or_generate(config, path=out)
+    ds = datasets.load_or_generate(config, path=out / f"{config.key}.h5" if out else None)
     official = datasets.check_official(ds)
     eps = list(ds)
     lengths = np.array([e.length for e in eps])
@@ -188,6 +188,71 @@ def train_victim(
 
     report = train(task, victim, budget=budget, eval_episodes=eval_episodes)
     console.print_json(json.dumps(report))
+
+
+@app.command()
+def submit(
+    run_dir: Path = typer.Argument(..., help="the --out folder of `gradleak-bench evaluate` (holds results.json)"),
+    name: str = typer.Option(..., help="the attack's name on the leaderboard (letters, digits, _ - . +)"),
+    authors: list[str] = typer.Option(..., "--authors", help="an author (repeat, or one comma-separated list)"),
+    paper: Optional[str] = typer.Option(None, help="paper URL"),
+    code: Optional[str] = typer.Option(None, help="code URL"),
+    version: Optional[str] = typer.Option(None, help="attack version (default: its `version` attribute or the package version)"),
+    out: Path = typer.Option(Path("leaderboard/entries"), help="entries folder"),
+    force: bool = typer.Option(False, help="replace an existing entry"),
+    allow_unofficial: bool = typer.Option(
+        False, help="maintainers only: accept a dataset the manifest records no checksum for (never a mismatch)"),
+) -> None:
+    """Turn a complete run on the official held-out split into a leaderboard entry.
+
+    Writes OUT/<task>/<defense>/<attack>__<victim>-<checkpoint>.json. Refuses a partial run, failed episodes,
+    or a dataset whose sha256 is not the official split's (envs/splits/v0.json).
+
+    Example: gradleak-bench submit runs/latest --name closed_form --authors "Ada Lovelace"
+    """
+    from gradleak_bench.leaderboard.submit import submit as make_entry
+
+    names = [a.strip() for item in authors for a in item.split(",") if a.strip()]
+    path = make_entry(run_dir, name, names, paper, code, version, out, force, allow_unofficial)
+    console.print(f"entry: {path}", soft_wrap=True)
+    console.print(f"next: gradleak-bench verify {path}; gradleak-bench leaderboard", soft_wrap=True, markup=False)
+
+
+@app.command()
+def verify(
+    entry: Path = typer.Argument(..., help="an entry JSON file under leaderboard/entries"),
+    episodes: int = typer.Option(8, help="size of the random subset of held-out episodes to re-run"),
+    seed: int = typer.Option(0, help="seed of the subset draw"),
+    attack: Optional[str] = typer.Option(None, help="how to load the attack when the entry's reference does not resolve here"),
+    allow_unofficial: bool = typer.Option(
+        False, help="maintainers only: verify an entry whose dataset the manifest records no checksum for"),
+) -> None:
+    """Re-run an entry's attack on a seeded random subset of the held-out episodes and check every metric,
+    its control and its leakage against the entry (rule: docs/leaderboard.md). Exit 0 verified, 1 not."""
+    from gradleak_bench.leaderboard.verify import verify_file
+
+    result = verify_file(entry, episodes=episodes, seed=seed, attack=attack, allow_unofficial=allow_unofficial,
+                         progress=True)
+    for check in result.checks:
+        (console if check.ok else err_console).print(check.describe(), markup=False, highlight=False, soft_wrap=True)
+    if not result.ok:
+        for problem in result.failures():
+            err_console.print(f"[red]not verified:[/red] {problem}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    console.print(f"[green]verified[/green] {entry} on {len(result.episode_ids)} episodes (seed {seed})", soft_wrap=True)
+
+
+@app.command()
+def leaderboard(
+    entries: Path = typer.Option(Path("leaderboard/entries"), help="entries folder"),
+    out: Optional[Path] = typer.Option(None, help="where README.md and index.html go (default: the entries folder's parent)"),
+) -> None:
+    """Validate every entry and render the leaderboard: README.md (one table per task and defense, sorted by
+    the primary metric's leakage) and a self-contained, sortable index.html."""
+    from gradleak_bench.leaderboard.render import render
+
+    md, page = render(entries, out)
+    console.print(f"wrote {md} and {page}")
 
 
 def main() -> None:

@@ -44,6 +44,9 @@ class EvaluateConfig:
     split: str = "test"
     episodes: int | None = None
     seed: int = 0
+    # None: the first ``episodes`` (one per layout in turn); an int: a random subset of that size drawn with
+    # this seed, in canonical order (what `gradleak-bench verify` re-runs).
+    sample_seed: int | None = None
     attack_params: dict[str, Any] = field(default_factory=dict)
     defense_params: dict[str, Any] = field(default_factory=dict)
     out: str = "runs/latest"
@@ -164,10 +167,16 @@ def _truncate(recon: Reconstruction, length: int) -> Reconstruction:
     return Reconstruction(fields={k: np.asarray(v)[:length] for k, v in recon.fields.items()})
 
 
-def select_episodes(dataset: datasets.EpisodeDataset, n: int | None) -> list[str]:
-    """The first ``n`` episodes taking one per layout in turn, so a small run still covers every layout."""
+def select_episodes(dataset: datasets.EpisodeDataset, n: int | None, sample_seed: int | None = None) -> list[str]:
+    """The first ``n`` episodes taking one per layout in turn, so a small run still covers every layout; with
+    ``sample_seed``, ``n`` episodes drawn at random with that seed instead (kept in the same order)."""
     ids = sorted(dataset.episode_ids, key=lambda e: (e.split("-E")[1], e))
-    return ids if n is None else ids[:n]
+    if n is None or n >= len(ids):
+        return ids
+    if sample_seed is None:
+        return ids[:n]
+    picked = np.random.default_rng(sample_seed).choice(len(ids), size=n, replace=False)
+    return [ids[i] for i in sorted(picked)]
 
 
 def evaluate(config: EvaluateConfig, progress: bool = True) -> RunResult:
@@ -186,7 +195,7 @@ def evaluate(config: EvaluateConfig, progress: bool = True) -> RunResult:
     ds_config = datasets.standard_config(task.name, victim.spec.name, config.checkpoint, config.split)
     dataset = datasets.load_or_generate(ds_config, progress=progress)
     official = datasets.check_official(dataset)
-    episode_ids = select_episodes(dataset, config.episodes)
+    episode_ids = select_episodes(dataset, config.episodes, config.sample_seed)
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)

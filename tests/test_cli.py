@@ -45,10 +45,11 @@ def test_bad_names_exit_2_with_one_clear_message(args, needle):
 
 
 def test_generate_then_evaluate_end_to_end(tmp_path):
-    gen = cli("generate", "PointNav", "--victim", "ppo_compact", "--episodes", "1")
+    gen = cli("generate", "PointNav", "--victim", "ppo_compact", "--episodes", "1", "--out", str(tmp_path / "data"))
     assert gen.returncode == 0, gen.stderr
     sha = gen.stdout.strip().splitlines()[-1]
     assert len(sha) == 64
+    assert (tmp_path / "data" / "PointNav-ppo_compact-init-test-e1-t8-s0-v0.h5").is_file()
     out = tmp_path / "run"
     ev = cli("evaluate", "closed_form", "--victim", "ppo_compact", "--episodes", "4", "--out", str(out),
              "--wandb", "disabled", "-D", "keep=0.5", "--defense", "topk")

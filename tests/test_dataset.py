@@ -71,3 +71,19 @@ def test_dqn_targets_follow_the_td_rule():
     # inside the episode, the TD target uses the next step's observation
     q_next = q.max(dim=1).values.numpy()
     np.testing.assert_allclose(ep.steps["q_target"][:-1], ep.steps["reward"][:-1] + 0.99 * q_next[1:], rtol=1e-5, atol=1e-6)
+
+
+def test_the_small_standard_split_matches_its_official_checksum():
+    """Reproducibility: regenerating a standard held-out dataset gives the sha256 the manifest records."""
+    config = datasets.standard_config("PointNav", "ppo_compact", "init", "test")
+    assert splits.official_checksum(config.key) is not None, "the manifest must record this dataset"
+    assert datasets.check_official(datasets.load_or_generate(config, progress=False)) is True
+
+
+@pytest.mark.slow
+def test_every_standard_split_matches_its_official_checksum():
+    for key in splits.manifest()["datasets"]:
+        task, victim, checkpoint = key.split("-")[:3]
+        config = datasets.standard_config(task, victim, checkpoint, "test")
+        assert config.key == key
+        assert datasets.check_official(datasets.load_or_generate(config, progress=False)) is True, key

@@ -99,9 +99,10 @@ VICTIMS: dict[str, VictimSpec] = {
             task="PointNav", name="a2c", algo="a2c", policy="CnnPolicy", policy_kwargs={},
             loss=LossSpec(algo="a2c", gamma=0.99, gae_lambda=1.0, ent_coef=0.01, vf_coef=0.5,
                           advantage_normalization="none"),
-            train=TrainSpec(total_timesteps=150_000, n_envs=4, seed=1, hyperparams=dict(
+            train=TrainSpec(total_timesteps=100_000, n_envs=4, seed=1, hyperparams=dict(
                 n_steps=16, learning_rate=7e-4, ent_coef=0.01, vf_coef=0.5, gamma=0.99, gae_lambda=1.0,
                 max_grad_norm=0.5), env_kwargs=SHAPED),
+            init_seed=1,  # distinct initial weights from the PPO victim of the same architecture
             description="A2C, SB3 CnnPolicy (NatureCNN)",
         ),
         VictimSpec(
@@ -120,6 +121,7 @@ VICTIMS: dict[str, VictimSpec] = {
             policy_kwargs={"net_arch": [64, 64]},
             loss=LossSpec(algo="reinforce", gamma=0.99, gae_lambda=1.0, ent_coef=0.01, vf_coef=0.0,
                           advantage_normalization="none"),
+            init_seed=1,
             train=TrainSpec(total_timesteps=30_000, n_envs=4, seed=1, hyperparams=dict(
                 n_steps=32, learning_rate=3e-4, ent_coef=0.01, gamma=0.99, max_grad_norm=0.5)),
             description="REINFORCE (with entropy term) on an SB3 actor-critic MultiInputPolicy, RGI's victim",

@@ -1,0 +1,13 @@
+"""The leaderboard: typed JSON entries (:mod:`.schema`), made from a run (:mod:`.submit`), checked by
+re-running a seeded sample (:mod:`.verify`), rendered to Markdown and a static page (:mod:`.render`).
+
+Example:
+    >>> from gradleak_bench.leaderboard import load_entries
+    >>> entries = load_entries("leaderboard/entries")  # doctest: +SKIP
+"""
+from gradleak_bench.leaderboard.schema import (
+    PRIMARY_METRIC, SCHEMA, Entry, InvalidEntryError, UnofficialDatasetError, load_entries, load_entry, parse_entry,
+)
+
+__all__ = ["PRIMARY_METRIC", "SCHEMA", "Entry", "InvalidEntryError", "UnofficialDatasetError", "load_entries",
+           "load_entry", "parse_entry"]
