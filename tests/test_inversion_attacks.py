@@ -118,3 +118,27 @@ def test_bad_preset_is_a_clear_error():
         inv.InvertingGradients(preset="fast")
     assert inv.InvertingGradients(preset="paper").iterations == 4800
     assert inv.InvertingGradients(preset="paper").tv == 0.1
+
+
+@pytest.mark.parametrize("cls,victim", [(inv.QGI, "dqn_compact"), (inv.RGI, "reinforce")], ids=["qgi", "rgi"])
+def test_rule_based_signals_are_exact_from_an_exact_stage_one(cls, victim):
+    """With the linear layers' input solved in closed form, the paper's rules recover Q(s,a) and the TD
+    target (QGI, through the gradient-norm ratio) or the return (RGI, entropy removed, action enumerated)."""
+    episode, stream, _, info = _episode("ActivePerception", victim)
+    observed = ObservedEpisode("k", np.arange(episode.length), stream)
+    recon = cls(linear_solver="closed_form", stage2=0).reconstruct(observed, info)
+    assert np.array_equal(recon.fields["action"], episode.steps["action"])
+    assert np.nanmean(depth_psnr(recon.fields["depth"], episode.steps["depth"])) > 60
+    np.testing.assert_allclose(recon.fields["bbox"], episode.steps["bbox"], atol=1e-4)
+    for name in ("q_value", "q_target", "return"):
+        if name in recon.fields:
+            np.testing.assert_allclose(recon.fields[name], episode.steps[name], rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("params", [{"objective": "original"}, {"stages": "joint"}], ids=["original", "joint"])
+def test_ablation_variants_run(params):
+    episode, stream, _, info = _episode("ActivePerception", "dqn_compact")
+    recon = inv.QGI(stage1=2, stage2=2, **params).reconstruct(
+        ObservedEpisode("k", np.arange(episode.length), stream), info)
+    assert recon.fields["rgb"].shape == episode.steps["rgb"].shape
+    assert np.isfinite(recon.fields["q_target"]).all()

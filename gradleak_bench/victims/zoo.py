@@ -99,7 +99,7 @@ VICTIMS: dict[str, VictimSpec] = {
             task="PointNav", name="a2c", algo="a2c", policy="CnnPolicy", policy_kwargs={},
             loss=LossSpec(algo="a2c", gamma=0.99, gae_lambda=1.0, ent_coef=0.01, vf_coef=0.5,
                           advantage_normalization="none"),
-            train=TrainSpec(total_timesteps=100_000, n_envs=4, seed=1, hyperparams=dict(
+            train=TrainSpec(total_timesteps=300_000, n_envs=4, seed=1, hyperparams=dict(
                 n_steps=16, learning_rate=7e-4, ent_coef=0.01, vf_coef=0.5, gamma=0.99, gae_lambda=1.0,
                 max_grad_norm=0.5), env_kwargs=SHAPED),
             init_seed=1,  # distinct initial weights from the PPO victim of the same architecture
