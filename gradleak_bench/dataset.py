@@ -18,7 +18,6 @@ from typing import Any
 import gymnasium as gym
 import h5py
 import numpy as np
-import torch
 
 from gradleak_bench import splits
 from gradleak_bench.errors import ChecksumMismatchError, CorruptFileError
@@ -26,7 +25,7 @@ from gradleak_bench.paths import cache_dir
 from gradleak_bench.records import Episode
 from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.checkpoint import LoadedVictim, load_victim
-from gradleak_bench.victims.policies import PolicyActor
+from gradleak_bench.victims.policies import PolicyActor, single_thread
 from gradleak_bench.victims.targets import loss_targets, stack_obs
 
 FORMAT = "gradleak-bench-episodes/1"
@@ -124,16 +123,13 @@ def generate(config: DatasetConfig, progress: bool = True) -> list[Episode]:
     victim = load_victim(config.task, config.victim, config.checkpoint)
     task = get_task(config.task)
     env = gym.make(task.gym_id, layouts=config.split, image_size=victim.spec.image_size)
-    # One thread: conv kernels may sum in another order with more threads, changing the stored targets.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     try:
-        return [
-            generate_episode(env.unwrapped, victim, layout, seed, config.sequence_length, episode_id)
-            for episode_id, layout, seed in tqdm(plan(config), desc=f"generate {config.key}", disable=not progress)
-        ]
+        with single_thread():
+            return [
+                generate_episode(env.unwrapped, victim, layout, seed, config.sequence_length, episode_id)
+                for episode_id, layout, seed in tqdm(plan(config), desc=f"generate {config.key}", disable=not progress)
+            ]
     finally:
-        torch.set_num_threads(threads)
         env.close()
 
 

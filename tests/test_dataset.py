@@ -87,3 +87,18 @@ def test_every_standard_split_matches_its_official_checksum():
         config = datasets.standard_config(task, victim, checkpoint, "test")
         assert config.key == key
         assert datasets.check_official(datasets.load_or_generate(config, progress=False)) is True, key
+
+
+def test_same_dataset_in_fresh_processes_with_different_thread_counts(tmp_path):
+    """The sha256 is a property of the config, not of the process: fresh interpreters, 1 and 2 threads."""
+    import os
+    import subprocess
+    import sys
+
+    shas = []
+    for threads in ("1", "2"):
+        env = dict(os.environ, OMP_NUM_THREADS=threads, GRADLEAK_BENCH_CACHE=str(tmp_path / threads))
+        out = subprocess.run([sys.executable, "-m", "gradleak_bench.cli", "generate", "PointNav", "--victim",
+                              "ppo_compact", "--episodes", "1"], env=env, capture_output=True, text=True, check=True)
+        shas.append(out.stdout.strip().splitlines()[-1])
+    assert shas[0] == shas[1] and len(shas[0]) == 64

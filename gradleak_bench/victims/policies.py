@@ -1,7 +1,9 @@
 """Building a victim's SB3 policy and letting it act."""
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
@@ -54,15 +56,27 @@ def env_spaces(task: str, image_size: int) -> tuple[gym.Space, gym.Space]:
         env.close()
 
 
+@contextlib.contextmanager
+def single_thread() -> Iterator[None]:
+    """Run torch on one thread: with more, some kernels (the QR of SB3's orthogonal initialisation, conv
+    reductions) sum in another order and change the last bits, and with them sampled actions and checksums."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def build_policy(spec: VictimSpec) -> BasePolicy:
     """The victim's policy with its seeded ``init`` weights, in evaluation mode on the CPU."""
     obs_space, action_space = env_spaces(spec.task, spec.image_size)
     policy_cls = algorithm_class(spec.algo).policy_aliases[spec.policy]
     lr = float(spec.train.hyperparams.get("learning_rate", 3e-4))
-    torch.manual_seed(spec.init_seed)
-    policy = policy_cls(
-        policy_observation_space(obs_space), action_space, lambda _: lr, **resolve_policy_kwargs(spec.policy_kwargs)
-    )
+    with single_thread():
+        torch.manual_seed(spec.init_seed)
+        policy = policy_cls(policy_observation_space(obs_space), action_space, lambda _: lr,
+                            **resolve_policy_kwargs(spec.policy_kwargs))
     return policy.eval()
 
 

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 import safetensors.torch
 import torch
+from stable_baselines3.common.callbacks import BaseCallback
 
 from gradleak_bench.paths import atomic_write_bytes
 from gradleak_bench.tasks import get_task
@@ -38,6 +39,31 @@ def _load_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:
             idx, key = name.split(".", 1)
             state.setdefault(int(idx), {})[key] = f.get_tensor(name)
     optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+class _ProgressSaver(BaseCallback):
+    """Saves the policy, optimiser state and step count every CHUNK_STEPS steps (atomically: the JSON that
+    declares the progress is written last)."""
+
+    def __init__(self, directory: Path, bar: Any, seconds: float):
+        super().__init__()
+        self.directory, self.bar = directory, bar
+        self.seconds, self._start, self._saved_at = seconds, time.perf_counter(), -1
+
+    def _on_step(self) -> bool:
+        self.bar.update(self.num_timesteps - self.bar.n)
+        if self.num_timesteps - max(self._saved_at, 0) >= CHUNK_STEPS:
+            self.save()
+        return True
+
+    def save(self) -> None:
+        now = time.perf_counter()
+        self.seconds += now - self._start
+        self._start, self._saved_at = now, self.model.num_timesteps
+        safetensors.torch.save_model(self.model.policy, str(self.directory / "progress.safetensors"))
+        _save_optimizer(self.model.policy.optimizer, self.directory / "optimizer.safetensors")
+        atomic_write_bytes(self.directory / "progress.json",
+                           json.dumps({"timesteps": int(self.model.num_timesteps), "seconds": self.seconds}).encode())
 
 
 def _make_model(spec: VictimSpec) -> Any:
@@ -74,17 +100,16 @@ def train(task: str, victim: str | None = None, budget: int | None = None, eval_
         safetensors.torch.load_model(model.policy, str(directory / "progress.safetensors"))
         _load_optimizer(model.policy.optimizer, directory / "optimizer.safetensors")
         done, seconds = int(state["timesteps"]), float(state["seconds"])
+        model.num_timesteps = done  # SB3 counts on from here; a fresh model would count from 0
     total = spec.train.total_timesteps
     with tqdm(total=total, initial=done, desc=f"train {spec.key}", unit="step", disable=not progress) as bar:
-        while done < total:
-            start = time.perf_counter()
-            model.learn(min(CHUNK_STEPS, total - done), reset_num_timesteps=done == 0)
-            done = int(model.num_timesteps)
-            seconds += time.perf_counter() - start
-            safetensors.torch.save_model(model.policy, str(directory / "progress.safetensors"))
-            _save_optimizer(model.policy.optimizer, directory / "optimizer.safetensors")
-            atomic_write_bytes(progress_file, json.dumps({"timesteps": done, "seconds": seconds}).encode())
-            bar.update(done - bar.n)
+        if done < total:
+            saver = _ProgressSaver(directory, bar, seconds)
+            # One learn() call over the whole remaining budget, so SB3's schedules (DQN's exploration) run over
+            # the full budget; the callback saves progress every CHUNK_STEPS steps.
+            model.learn(total - done, reset_num_timesteps=done == 0, callback=saver)
+            saver.save()
+            done, seconds = int(model.num_timesteps), saver.seconds
     model.policy.eval()
     report = {
         "victim": spec.key, "config_hash": spec.config_hash(), "timesteps": done, "train_seconds": round(seconds, 1),

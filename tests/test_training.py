@@ -1,0 +1,43 @@
+"""Victim training resumes where it stopped and counts steps right."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gradleak_bench.victims import load_victim
+from gradleak_bench.victims.checkpoint import cached_dir, find_checkpoint
+from gradleak_bench.victims.training import train
+from gradleak_bench.victims.zoo import get_victim
+
+
+def test_training_writes_a_loadable_checkpoint_and_resumes_without_recounting():
+    report = train("PointNav", "ppo_compact", budget=1024, eval_episodes=1, progress=False)
+    assert report["timesteps"] == 1024
+    spec = get_victim("PointNav", "ppo_compact")
+    import dataclasses
+
+    spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, total_timesteps=1024))
+    directory = cached_dir(spec)
+    assert (directory / "trained.safetensors").is_file()
+    # an interrupted run: progress says 512 steps were done; resuming must train the other 512 only
+    progress = json.loads((directory / "progress.json").read_text())
+    assert progress["timesteps"] == 1024
+    (directory / "progress.json").write_text(json.dumps({"timesteps": 512, "seconds": 1.0}))
+    (directory / "trained.safetensors").unlink()
+    report = train("PointNav", "ppo_compact", budget=1024, eval_episodes=1, progress=False)
+    assert report["timesteps"] == 1024
+    assert json.loads((directory / "progress.json").read_text())["timesteps"] == 1024
+
+
+def test_the_published_init_checkpoint_is_the_seeded_initialisation():
+    import torch
+
+    from gradleak_bench.victims.policies import build_policy
+
+    spec = get_victim("PointNav", "ppo_compact")
+    if find_checkpoint(spec, "init") is None:
+        pytest.skip("no init checkpoint is published (tools/publish_zoo.py)")
+    loaded = load_victim("PointNav", "ppo_compact", "init").policy.state_dict()
+    for name, value in build_policy(spec).state_dict().items():
+        torch.testing.assert_close(loaded[name], value, rtol=0, atol=0)
