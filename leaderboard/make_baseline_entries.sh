@@ -20,25 +20,39 @@ LINKS=()
 [[ -n "${PAPER_URL:-}" ]] && LINKS+=(--paper "$PAPER_URL")
 [[ -n "${CODE_URL:-}" ]] && LINKS+=(--code "$CODE_URL")
 
-# name task victim defense [defense params...]
+# attack task victim checkpoint defense [defense params...]
 BASELINES=(
-  "PointNav ppo none"
-  "PointNav a2c none"
-  "ActivePerception dqn none"
-  "ActivePerception reinforce none"
-  "PointNav ppo topk -D keep=0.1"
-  "PointNav ppo gaussian_noise -D sigma=0.01"
+  "closed_form PointNav ppo init none"
+  "closed_form PointNav ppo trained none"
+  "closed_form PointNav a2c init none"
+  "closed_form PointNav a2c trained none"
+  "closed_form ActivePerception dqn init none"
+  "closed_form ActivePerception dqn trained none"
+  "closed_form ActivePerception reinforce init none"
+  "closed_form ActivePerception reinforce trained none"
+  "closed_form PointNav ppo init topk -D keep=0.1"
+  "closed_form PointNav ppo init gaussian_noise -D sigma=0.01"
 )
+# The optimisation attacks at their quick presets (about 30 CPU-minutes in all): INVERSION=1 to include.
+if [[ "${INVERSION:-0}" == 1 ]]; then
+  BASELINES+=(
+    "qgi ActivePerception dqn init none"
+    "rgi ActivePerception reinforce init none"
+    "inverting_gradients PointNav ppo init none"
+    "idlg PointNav ppo init none"
+    "dlg PointNav ppo init none"
+  )
+fi
 
 for spec in "${BASELINES[@]}"; do
   read -r -a args <<< "$spec"
-  task=${args[0]} victim=${args[1]} defense=${args[2]}
-  run="$RUNS/closed_form__$task-$victim-init-$defense"
+  attack=${args[0]} task=${args[1]} victim=${args[2]} checkpoint=${args[3]} defense=${args[4]}
+  run="$RUNS/${attack}__$task-$victim-$checkpoint-$defense"
   if [[ "${REUSE_RUNS:-0}" != 1 || ! -f "$run/results.json" ]]; then
-    "${GB[@]}" evaluate closed_form --task "$task" --victim "$victim" --checkpoint init --defense "$defense" \
-      "${args[@]:3}" --seed 0 --wandb disabled --out "$run"
+    "${GB[@]}" evaluate "$attack" --task "$task" --victim "$victim" --checkpoint "$checkpoint" --defense "$defense" \
+      "${args[@]:5}" --seed 0 --wandb disabled --out "$run"
   fi
-  "${GB[@]}" submit "$run" --name closed_form --authors "$AUTHORS" ${LINKS[@]+"${LINKS[@]}"} --out "$ENTRIES" --force \
+  "${GB[@]}" submit "$run" --name "$attack" --authors "$AUTHORS" ${LINKS[@]+"${LINKS[@]}"} --out "$ENTRIES" --force \
     ${SUBMIT_EXTRA[@]+"${SUBMIT_EXTRA[@]}"}
 done
 

@@ -1,4 +1,5 @@
 """The PyBullet backend of the household tasks (the embedded default)."""
+import ctypes
 import os
 import sys
 
@@ -13,6 +14,9 @@ def _import_pybullet_quietly() -> None:
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), 1)
             import pybullet  # noqa: F401
+
+            # C stdio buffers the message when stdout is a pipe: flush it into /dev/null, not the real stdout.
+            ctypes.CDLL(None).fflush(None)
     finally:
         os.dup2(saved, 1)
         os.close(saved)
