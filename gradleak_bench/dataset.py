@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -236,8 +237,9 @@ def check_official(dataset: EpisodeDataset) -> bool | None:
     if official != dataset.sha256:
         raise ChecksumMismatchError(
             f"dataset {dataset.path} ({dataset.config.key}) has sha256 {dataset.sha256[:16]}..., but the split "
-            f"manifest {dataset.config.manifest} records {official[:16]}... for it. Regenerate it with "
-            f"`gradleak-bench generate {dataset.config.task} --split {dataset.config.split}` on this code version."
+            f"manifest {dataset.config.manifest} records {official[:16]}... for it: the file was made by another "
+            f"code version or changed. Delete it and run `gradleak-bench generate {dataset.config.task} --split "
+            f"{dataset.config.split} --victim {dataset.config.victim} --checkpoint {dataset.config.checkpoint}`."
         )
     return True
 
@@ -245,6 +247,7 @@ def check_official(dataset: EpisodeDataset) -> bool | None:
 def load_or_generate(config: DatasetConfig, path: Path | None = None, progress: bool = True) -> EpisodeDataset:
     """Open the dataset of ``config`` from the cache, generating it first when absent, and verify its content
     sha256 (comparing it with the manifest's official one is :func:`check_official`'s job)."""
+    in_cache = path is None
     path = Path(path) if path else default_path(config)
     if not path.is_file():
         write(path, config, generate(config, progress=progress))
@@ -252,4 +255,10 @@ def load_or_generate(config: DatasetConfig, path: Path | None = None, progress: 
     if dataset.config != config:
         raise CorruptFileError(f"{path} holds dataset {dataset.config.key}, not {config.key}")
     dataset.verify()
+    official = splits.official_checksum(config.key, config.manifest)
+    if in_cache and official is not None and official != dataset.sha256:
+        # A cache left by an older code version: regenerate it once; check_official judges the new one.
+        warnings.warn(f"cached dataset {path} predates the official split; regenerating it", stacklevel=2)
+        path.unlink()
+        return load_or_generate(config, None, progress)
     return dataset

@@ -231,7 +231,7 @@ def test_markdown_has_one_sorted_table_per_task_and_defense():
     section = md.split("## ActivePerception, defense `none`")[1].split("##")[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and "closed_form" in line]
     leak = [float(r.split("|")[5].split("[")[0]) for r in rows]
-    assert leak == sorted(leak, reverse=True) and len(rows) == 2
+    assert leak == sorted(leak, reverse=True) and len(rows) >= 2
 
 
 def test_committed_rendering_is_up_to_date(tmp_path):
