@@ -1,25 +1,25 @@
 """The PyBullet backend of the household tasks (the embedded default)."""
+import contextlib
 import ctypes
 import os
 import sys
+from collections.abc import Iterator
 
 
-def _import_pybullet_quietly() -> None:
-    """pybullet's C module prints its build date to the process's stdout on import; keep CLI output clean."""
-    if "pybullet" in sys.modules:
-        return
+@contextlib.contextmanager
+def quiet_stdout() -> Iterator[None]:
+    """Send the process's C-level stdout to /dev/null: pybullet prints its build date on the first connect,
+    which would otherwise land in every command's output (and in piped JSON)."""
     sys.stdout.flush()
     saved = os.dup(1)
     try:
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), 1)
-            import pybullet  # noqa: F401
-
-            # C stdio buffers the message when stdout is a pipe: flush it into /dev/null, not the real stdout.
-            ctypes.CDLL(None).fflush(None)
+            try:
+                yield
+            finally:
+                # C stdio buffers the text when stdout is a pipe: flush it into /dev/null, not the real stdout.
+                ctypes.CDLL(None).fflush(None)
     finally:
         os.dup2(saved, 1)
         os.close(saved)
-
-
-_import_pybullet_quietly()

@@ -17,6 +17,7 @@ from gymnasium import spaces
 
 from gradleak_bench import splits
 from gradleak_bench.errors import InvalidLayoutError
+from gradleak_bench.envs.pybullet import quiet_stdout
 from gradleak_bench.envs.pybullet.apartment import TARGET_TYPES, Apartment, generate_apartment
 from gradleak_bench.envs.pybullet.camera import Camera, Frame
 from gradleak_bench.envs.pybullet.robot import Robot
@@ -73,7 +74,8 @@ class HouseholdEnv(gym.Env):
         self.image_size = int(image_size)
         self.render_mode = render_mode
         self.action_space = spaces.Discrete(len(self.ACTIONS))
-        self._client = p.connect(p.DIRECT)
+        with quiet_stdout():
+            self._client = p.connect(p.DIRECT)
         self._camera = Camera(self._client, self.image_size, fov)
         self._scene: Scene | None = None
         self._robot: Robot | None = None
