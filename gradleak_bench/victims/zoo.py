@@ -68,8 +68,10 @@ class VictimSpec:
         return asdict(self)
 
     def config_hash(self) -> str:
-        """sha256 of the spec: caches of trained weights are keyed by it."""
-        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        """sha256 of what determines the weights (the spec minus its description): caches and checkpoints are
+        keyed by it."""
+        fields = {k: v for k, v in self.to_dict().items() if k != "description"}
+        blob = json.dumps(fields, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
@@ -94,7 +96,7 @@ VICTIMS: dict[str, VictimSpec] = {
     for spec in (
         _ppo("ppo", {}, 150_000, "PPO, SB3 CnnPolicy (NatureCNN, 604k parameters), TRACE's victim"),
         _ppo("ppo_compact", {"features_extractor": "CompactCNN", "net_arch": []}, 20_000,
-             "PPO with a 2-layer CNN (about 30k parameters): fast tests"),
+             "PPO with a 2-layer CNN (41k parameters): fast tests"),
         VictimSpec(
             task="PointNav", name="a2c", algo="a2c", policy="CnnPolicy", policy_kwargs={},
             loss=LossSpec(algo="a2c", gamma=0.99, gae_lambda=1.0, ent_coef=0.01, vf_coef=0.5,
