@@ -57,3 +57,14 @@ def test_generate_then_evaluate_end_to_end(tmp_path):
     assert "action_accuracy" in ev.stdout
     summary = json.loads((out / "results.json").read_text())
     assert summary["defense"] == "topk" and summary["n_episodes"] == 4
+
+
+@pytest.mark.slow
+def test_the_readme_main_job_at_full_size(tmp_path):
+    """`gradleak-bench evaluate closed_form` on the official default split, as the README runs it."""
+    out = tmp_path / "run"
+    result = cli("evaluate", "closed_form", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "results.json").read_text())
+    assert summary["dataset_official"] is True and summary["n_episodes"] == 48
+    assert summary["metrics"]["action_accuracy"]["mean"] == 1.0
