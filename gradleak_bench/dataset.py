@@ -117,8 +117,8 @@ def plan(config: DatasetConfig) -> list[tuple[str, int, int]]:
     ]
 
 
-def generate(config: DatasetConfig, progress: bool = True) -> list[Episode]:
-    """All episodes of ``config`` (deterministic: the same config gives the same arrays)."""
+def generate(config: DatasetConfig, progress: bool = True, limit: int | None = None) -> list[Episode]:
+    """All episodes of ``config``, or its first ``limit`` (deterministic: the same config gives the same arrays)."""
     from tqdm.auto import tqdm
 
     victim = load_victim(config.task, config.victim, config.checkpoint)
@@ -128,7 +128,8 @@ def generate(config: DatasetConfig, progress: bool = True) -> list[Episode]:
         with single_thread():
             return [
                 generate_episode(env.unwrapped, victim, layout, seed, config.sequence_length, episode_id)
-                for episode_id, layout, seed in tqdm(plan(config), desc=f"generate {config.key}", disable=not progress)
+                for episode_id, layout, seed in tqdm(plan(config)[:limit], desc=f"generate {config.key}",
+                                                     disable=not progress)
             ]
     finally:
         env.close()

@@ -100,9 +100,10 @@ class AuxiliaryData:
             split=split, episodes_per_layout=episodes_per_layout, seed=seed,
             sequence_length=get_task(self._victim.spec.task).sequence_length,
         )
-        for i, episode in enumerate(datasets.load_or_generate(config, progress=False)):
-            if max_episodes is not None and i >= max_episodes:
-                return
+        # A few episodes are generated on the fly; a whole split is generated once and cached.
+        episodes = datasets.generate(config, progress=False, limit=max_episodes) if max_episodes is not None \
+            else datasets.load_or_generate(config, progress=False)
+        for episode in episodes:
             yield episode, self._gradients(episode)
 
 
@@ -202,7 +203,12 @@ def evaluate(config: EvaluateConfig, progress: bool = True) -> RunResult:
     fit_seconds = 0.0
     if hasattr(attack, "fit"):
         start = time.perf_counter()
-        attack.fit(info, AuxiliaryData(victim, gradients))
+        try:
+            attack.fit(info, AuxiliaryData(victim, gradients))
+        except GradleakError:
+            raise
+        except Exception as exc:  # nothing is scored yet, so the run stops here with the reason
+            raise GradleakError(f"attack {attack.name!r} failed in fit(): {type(exc).__name__}: {exc}") from exc
         fit_seconds = time.perf_counter() - start
 
     metrics = metrics_for_fields(attack.fields)

@@ -129,3 +129,30 @@ def test_the_tutorial_attack_in_the_docs_runs(tmp_path):
     result = _run(tmp_path, attack=f"{tmp_path / 'my_attack.py'}:HeadBiasArgmax", episodes=4)
     assert result.n_failed == 0
     assert result.summary["metrics"]["action_accuracy"]["mean"] > 0.9
+
+
+def test_a_failing_fit_is_one_clear_error(tmp_path):
+    from gradleak_bench.errors import GradleakError
+
+    plugin = tmp_path / "fitter.py"
+    plugin.write_text(textwrap.dedent("""
+        class Fitter:
+            name = "fitter"
+            fields = ("action",)
+            def fit(self, victim, auxiliary):
+                episode, stream = next(auxiliary.collect(episodes_per_layout=1, max_episodes=1))
+                assert episode.layout_id not in (13, 31, 33)  # train layouts only
+                raise ValueError("cannot learn from this")
+            def reconstruct(self, episode, victim):
+                raise AssertionError("never reached")
+    """))
+    with pytest.raises(GradleakError, match="failed in fit\\(\\).*cannot learn from this"):
+        _run(tmp_path, attack=f"{plugin}:Fitter", episodes=2)
+
+
+def test_auxiliary_data_refuses_the_test_split(tmp_path):
+    from gradleak_bench.errors import GradleakError
+    from gradleak_bench.runner import AuxiliaryData
+
+    with pytest.raises(GradleakError, match="never the test split"):
+        next(AuxiliaryData(None, None).collect(split="test"))
