@@ -22,3 +22,20 @@ register("attack", "qgi", "gradleak_bench.baselines.attacks.inverting:QGI",
          "QGI (DQN): rule action, surrogate <grad_b J, F(x)>, two-stage states, rule Q/TD target (params: preset)")
 register("attack", "rgi", "gradleak_bench.baselines.attacks.inverting:RGI",
          "RGI (REINFORCE): surrogate objective, two-stage states, action by enumeration, return (params: preset)")
+
+# The defense suite (issue 7, item 1): baselines/defenses/suite.py, docs/defenses.md.
+_SUITE = "gradleak_bench.baselines.defenses.suite"
+register("defense", "clip_norm", f"{_SUITE}:ClipNorm", "clip each step's whole gradient to L2 norm C (param: C)")
+register("defense", "dp_sgd", f"{_SUITE}:DPSGD",
+         "clip each step to C + N(0, (sigma*C)^2), epsilon from Opacus's RDP accountant (params: C, sigma, delta)")
+register("defense", "quantize", f"{_SUITE}:Quantize",
+         "per-step per-tensor uniform quantisation, 1 bit = signSGD-like (params: bits, stochastic)")
+register("defense", "temporal_mean", f"{_SUITE}:TemporalMean",
+         "release the mean of each window of k steps, repeated over the window (param: k)")
+register("defense", "shuffle_window", f"{_SUITE}:ShuffleWindow", "shuffle step order within windows of k (param: k)")
+register("defense", "withhold_layers", f"{_SUITE}:WithholdLayers",
+         "release only the named parameters / dotted prefixes, zero the rest (param: layers)")
+register("defense", "correlated_noise", f"{_SUITE}:CorrelatedNoise",
+         "Gaussian noise AR(1)-correlated across steps, per-step std sigma (params: sigma, rho)")
+register("defense", "random_release", f"{_SUITE}:RandomRelease",
+         "release each step with probability p, else zeros or the previous release (params: p, fill)")

@@ -148,7 +148,7 @@ def load(kind: str, reference: str, params: Mapping[str, Any] | None = None) -> 
         raise UnknownNameError(kind, reference, known)
     try:
         plugin = factory(**dict(params or {}))
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # unknown or invalid parameters: checked before any work starts
         raise PluginLoadError(f"cannot create {kind} {reference!r} with parameters {dict(params or {})}: {exc}") from exc
     protocol = Attack if kind == "attack" else Defense
     if not isinstance(plugin, protocol):

@@ -86,3 +86,10 @@ def test_gaussian_noise_is_seeded_and_has_the_right_scale():
     b = defense.release(_stream(), np.random.default_rng(1)).flat() - _stream().flat()
     assert torch.equal(a, b)
     assert 0.05 < a.std() < 0.2
+
+
+def test_invalid_parameters_are_refused_before_work():
+    with pytest.raises(PluginLoadError, match="sigma"):
+        plugins.load("defense", "gaussian_noise", {"sigma": -1.0})
+    with pytest.raises(PluginLoadError, match="unexpected keyword"):
+        plugins.load("defense", "topk", {"kep": 0.1})

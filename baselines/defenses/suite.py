@@ -1,0 +1,363 @@
+"""The defense suite: clipping, DP-SGD, quantisation, temporal aggregation, shuffling, layer withholding and
+two sequence-aware defenses (correlated noise, randomised release timing).
+
+Every defense keeps the runner's contract (:func:`gradleak_bench.runner.check_released`): the released
+stream has every parameter name of the input with shape ``(T, *param_shape)``; what a defense withholds is
+zeroed, never dropped. ``release`` never modifies its input and draws randomness only from ``rng``.
+Constructor parameters are checked before any work: a bad value raises :class:`DefenseParameterError`
+(a ``ValueError`` and a :class:`~gradleak_bench.errors.GradleakError`, so the CLI prints it without a
+traceback). See ``docs/defenses.md``.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from gradleak_bench.errors import GradleakError
+from gradleak_bench.records import GradientStream
+
+from .basic import _torch_generator
+
+
+class DefenseParameterError(GradleakError, ValueError):
+    """A defense parameter outside its valid range (the message names the parameter and the range)."""
+
+
+# --------------------------------------------------------------------------------------------- helpers
+def _real(name: str, value: Any, low: float, high: float = math.inf, *, low_open: bool = False,
+          high_open: bool = False) -> float:
+    lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
+    valid = f"{lo}{low}, {high}{hi}"
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise DefenseParameterError(f"{name} must be a number in {valid}, got {value!r}")
+    v = float(value)
+    ok = math.isfinite(v) or (v == high == math.inf and not high_open)
+    ok = ok and (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+    if not ok:
+        raise DefenseParameterError(f"{name} must be in {valid}, got {value!r}")
+    return v
+
+
+def _integer(name: str, value: Any, low: int, high: int | None = None) -> int:
+    valid = f"{low}..{high}" if high is not None else f">= {low}"
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not float(value).is_integer():
+        raise DefenseParameterError(f"{name} must be an integer {valid}, got {value!r}")
+    v = int(value)
+    if v < low or (high is not None and v > high):
+        raise DefenseParameterError(f"{name} must be an integer {valid}, got {value!r}")
+    return v
+
+
+def _unflatten(flat: torch.Tensor, like: GradientStream) -> GradientStream:
+    out, start = {}, 0
+    for name, g in like.tensors.items():
+        n = int(np.prod(g.shape[1:], dtype=np.int64))
+        out[name] = flat[:, start:start + n].reshape(g.shape).to(g.dtype)
+        start += n
+    return GradientStream(out)
+
+
+def _step_scale(g: torch.Tensor, per_step: torch.Tensor) -> torch.Tensor:
+    """Multiply each step ``t`` of ``g`` (shape (T, ...)) by ``per_step[t]``."""
+    return g * per_step.reshape((-1,) + (1,) * (g.dim() - 1)).to(g.dtype)
+
+
+def _clip_factors(gradients: GradientStream, clip: float) -> torch.Tensor:
+    norms = gradients.flat().double().norm(dim=1)
+    return torch.clamp(clip / torch.clamp(norms, min=1e-300), max=1.0)
+
+
+def _windows(length: int, k: int) -> list[tuple[int, int]]:
+    return [(s, min(s + k, length)) for s in range(0, length, k)]
+
+
+# --------------------------------------------------------------------------------------------- defenses
+class ClipNorm:
+    """Clips each step's whole gradient (all parameters together) to L2 norm at most ``C``; steps already
+    inside the ball are released unchanged. No noise, so no formal guarantee: that is ``dp_sgd``.
+
+    Args:
+        C: the clipping norm, > 0.
+    """
+
+    name: ClassVar[str] = "clip_norm"
+
+    def __init__(self, C: float = 1.0):
+        self.C = _real("C", C, 0.0, low_open=True)
+
+    def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream:
+        factors = _clip_factors(gradients, self.C)
+        return GradientStream({name: _step_scale(g, factors) for name, g in gradients.tensors.items()})
+
+
+class DPSGD:
+    """DP-SGD on the released stream: each step (one sample's gradient) is clipped to L2 norm ``C`` and
+    N(0, (sigma*C)^2) is added to every coordinate (the Gaussian mechanism of Abadi et al.).
+
+    Each released step is one sample's gradient, i.e. a batch of one; :meth:`epsilon` reports the
+    (epsilon, delta) guarantee with Opacus's RDP accountant. Defaults describe the per-step release itself:
+    ``sample_rate=1`` (the step is always in its "batch") and ``steps=1`` (each step is released once), i.e.
+    event-level privacy of one step. For a training run, pass the real minibatch sampling rate
+    (batch / dataset size) and the number of optimiser steps.
+
+    Args:
+        C: the clipping norm, > 0.
+        sigma: the noise multiplier, > 0 (noise std is ``sigma * C``).
+        delta: the delta of the reported guarantee, in (0, 1).
+        sample_rate: the default sampling rate for :meth:`epsilon`, in (0, 1].
+        steps: the default number of releases for :meth:`epsilon`, >= 1.
+    """
+
+    name: ClassVar[str] = "dp_sgd"
+
+    def __init__(self, C: float = 1.0, sigma: float = 1.0, delta: float = 1e-5, sample_rate: float = 1.0,
+                 steps: int = 1):
+        self.C = _real("C", C, 0.0, low_open=True)
+        self.sigma = _real("sigma", sigma, 0.0, low_open=True)
+        self.delta = _real("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
+        self.sample_rate = _real("sample_rate", sample_rate, 0.0, 1.0, low_open=True)
+        self.steps = _integer("steps", steps, 1)
+
+    def epsilon(self, delta: float | None = None, sample_rate: float | None = None, steps: int | None = None) -> float:
+        """Epsilon of ``steps`` Gaussian-mechanism releases at ``sample_rate`` (Opacus RDP accountant)."""
+        from opacus.accountants import RDPAccountant
+
+        delta = self.delta if delta is None else _real("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
+        q = self.sample_rate if sample_rate is None else _real("sample_rate", sample_rate, 0.0, 1.0, low_open=True)
+        n = self.steps if steps is None else _integer("steps", steps, 1)
+        accountant = RDPAccountant()
+        accountant.history = [(self.sigma, q, n)]
+        return float(accountant.get_epsilon(delta=delta))
+
+    def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream:
+        factors = _clip_factors(gradients, self.C)
+        gen = _torch_generator(rng)
+        std = self.sigma * self.C
+        return GradientStream({
+            name: _step_scale(g, factors) + std * torch.randn(g.shape, generator=gen, dtype=g.dtype)
+            for name, g in gradients.tensors.items()
+        })
+
+
+class Quantize:
+    """Uniform quantisation, per step and per tensor, with that tensor's max-abs as scale ``s``.
+
+    ``bits >= 2``: values are rounded to the ``2^bits - 1`` symmetric levels ``s * j / L``,
+    ``j = -L..L``, ``L = 2^(bits-1) - 1`` (zero is exact). ``bits == 1``: signSGD-like, ``sign(g) * mean|g|``
+    (a zero coordinate counts as +), i.e. two levels. With ``stochastic=True`` rounding is unbiased
+    (a value is rounded up with probability equal to its fractional part; at 1 bit it is released as
+    ``+s`` with probability ``(1 + g/s) / 2``, else ``-s``).
+
+    Args:
+        bits: bits per coordinate, an integer 1..32.
+        stochastic: stochastic (unbiased) rather than nearest rounding.
+    """
+
+    name: ClassVar[str] = "quantize"
+
+    def __init__(self, bits: int = 8, stochastic: bool = False):
+        self.bits = _integer("bits", bits, 1, 32)
+        if not isinstance(stochastic, (bool, np.bool_)):
+            raise DefenseParameterError(f"stochastic must be true or false, got {stochastic!r}")
+        self.stochastic = bool(stochastic)
+
+    def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream:
+        gen = _torch_generator(rng)
+        return GradientStream({name: self._quantize(g, gen) for name, g in gradients.tensors.items()})
+
+    def _quantize(self, g: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        x = g.double().reshape(g.shape[0], -1)
+        scale = x.abs().amax(dim=1, keepdim=True)
+        safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+        if self.bits == 1:
+            if self.stochastic:
+                up = torch.rand(x.shape, generator=gen, dtype=torch.float64) < (1 + x / safe) / 2
+                q = torch.where(up, scale, -scale)
+            else:
+                q = torch.where(x >= 0, 1.0, -1.0) * x.abs().mean(dim=1, keepdim=True)
+        else:
+            levels = 2 ** (self.bits - 1) - 1
+            y = x / safe * levels
+            y = torch.floor(y + torch.rand(x.shape, generator=gen, dtype=torch.float64)) if self.stochastic \
+                else torch.round(y)
+            q = torch.clamp(y, -levels, levels) * (scale / levels)
+        return q.reshape(g.shape).to(g.dtype)
+
+
+class TemporalMean:
+    """Event-level release: steps are cut into consecutive windows of ``k`` (the last may be shorter) and
+    each window's mean gradient is released at every step of the window.
+
+    What leaves the device is ``ceil(T / k)`` mean vectors; repeating each over its window only keeps the
+    runner's ``(T, ...)`` shape contract (an attacker learns nothing from the repetition but the window
+    length). ``k = 1`` is the identity.
+
+    Args:
+        k: window length in steps, an integer >= 1.
+    """
+
+    name: ClassVar[str] = "temporal_mean"
+
+    def __init__(self, k: int = 4):
+        self.k = _integer("k", k, 1)
+
+    def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream:
+        out = {}
+        for name, g in gradients.tensors.items():
+            r = torch.empty_like(g)
+            for s, e in _windows(g.shape[0], self.k):
+                r[s:e] = g[s:e].mean(dim=0, keepdim=True)
+            out[name] = r
+        return GradientStream(out)
+
+
+class ShuffleWindow:
+    """Shuffles the order of steps inside consecutive windows of ``k`` (one random permutation per window,
+    the same for every parameter, so each released step is one whole true step gradient). The attacker
+    sees the right set of gradients per window but not which step each came from.
+
+    Args:
+        k: window length in steps, an integer >= 1 (1 is the identity).
+    """
+
+    name: ClassVar[str] = "shuffle_window"
+
+    def __init__(self, k: int = 4):
+        self.k = _integer("k", k, 1)
+
+    def permutation(self, length: int, rng: np.random.Generator) -> np.ndarray:
+        """The step order released: position ``t`` carries the true step ``perm[t]``."""
+        perm = np.arange(length)
+        for s, e in _windows(length, self.k):
+            perm[s:e] = s + rng.permutation(e - s)
+        return perm
+
+    def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream:
+        index = torch.as_tensor(self.permutation(gradients.length, rng))
+        return GradientStream({name: g[index].clone() for name, g in gradients.tensors.items()})
+
+
+class WithholdLayers:
+    """Releases only the chosen parameters and zeroes the others (names and shapes are kept).
+
+    ``layers`` holds parameter names or dotted prefixes (``action_net`` selects ``action_net.weight`` and
+    ``action_net.bias``), as a list or one comma-separated string. The victim's parameter names are known
+    only when gradients arrive, so a name that matches nothing is rejected by ``release`` (its message lists
+    the valid names); the constructor checks only that the list is non-empty.
+
+    Args:
+        layers: parameter names or prefixes to release.
+    """
+
+    name: ClassVar[str] = "withhold_layers"
+
+    def __init__(self, layers: str | Sequence[str] = ("action_net",)):
+        if isinstance(layers, str):
+            layers = [p.strip() for p in layers.split(",")]
+        if not isinstance(layers, Sequence) or not all(isinstance(p, str) for p in layers):
+            raise DefenseParameterError(f"layers must be a list of parameter names or prefixes, got {layers!r}")
+        layers = [p for p in layers if p]
+        if not layers:
+            raise DefenseParameterError("layers must name at least one parameter (name or dotted prefix)")
+        self.layers = tuple(layers)
+
+    @staticmethod
+    def _matches(pattern: str, name: str) -> bool:
+        prefix = pattern if pattern.endswith(".") else pattern + "."
+        return name == pattern or name.startswith(prefix)
+
+    def released_names(self, names: Sequence[str]) -> list[str]:
+        """The parameters released among ``names``; raises on a pattern that matches none of them."""
+        unknown = [p for p in self.layers if not any(self._matches(p, n) for n in names)]
+        if unknown:
+            raise DefenseParameterError(
+                f"layers {unknown} match no parameter of this victim; valid names: {', '.join(names)}")
+        return [n for n in names if any(self._matches(p, n) for p in self.layers)]
+
+    def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream:
+        keep = set(self.released_names(list(gradients.tensors)))
+        return GradientStream({name: g if name in keep else torch.zeros_like(g)
+                               for name, g in gradients.tensors.items()})
+
+
+class CorrelatedNoise:
+    """Sequence-aware noise: Gaussian noise that is an AR(1) process across consecutive steps,
+    ``n_0 ~ N(0, sigma^2)``, ``n_t = rho * n_{t-1} + sqrt(1 - rho^2) * sigma * e_t`` (independent per
+    coordinate), so every step has noise std ``sigma`` and lag-1 correlation ``rho``.
+
+    Rationale: consecutive robot steps have nearly the same gradient, so an attacker facing i.i.d. noise
+    pools neighbouring steps and the noise falls like ``1/sqrt(m)``. With ``rho > 0`` the noise is
+    shared by neighbours and pooling barely helps: for a signal constant over m steps even the optimal
+    (whitened) estimator keeps ``(1 + rho) / (1 - rho)`` times the i.i.d. noise variance (19x at
+    rho = 0.9). The price: the *differences* between consecutive steps carry less noise
+    (``2 sigma^2 (1 - rho)``), so an attack on step-to-step changes gains; ``rho < 0`` does the reverse
+    (masks differences, helps pooling). ``rho = 0`` is ``gaussian_noise``. See docs/defenses.md.
+
+    Args:
+        sigma: per-step noise std, >= 0.
+        rho: lag-1 correlation across steps, in (-1, 1).
+    """
+
+    name: ClassVar[str] = "correlated_noise"
+
+    def __init__(self, sigma: float = 1e-2, rho: float = 0.9):
+        self.sigma = _real("sigma", sigma, 0.0)
+        self.rho = _real("rho", rho, -1.0, 1.0, low_open=True, high_open=True)
+
+    def noise(self, shape: tuple[int, ...], rng: np.random.Generator, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """An AR(1) noise sequence of ``shape`` ``(T, ...)``."""
+        gen = _torch_generator(rng)
+        e = torch.randn(shape, generator=gen, dtype=torch.float64)
+        n = torch.empty_like(e)
+        n[0] = e[0]
+        innovation = math.sqrt(1.0 - self.rho ** 2)
+        for t in range(1, shape[0]):
+            n[t] = self.rho * n[t - 1] + innovation * e[t]
+        return (self.sigma * n).to(dtype)
+
+    def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream:
+        flat = gradients.flat()
+        return _unflatten(flat + self.noise(tuple(flat.shape), rng, flat.dtype), gradients)
+
+
+class RandomRelease:
+    """Randomised release timing: each step is released with probability ``p``, independently; a step not
+    released is replaced by zeros (``fill="zeros"``: the attacker sees an all-zero gradient and so knows
+    which steps are missing, but nothing about them) or by the last released step (``fill="previous"``:
+    the stream looks complete, exact duplicates betray the gaps; zeros before the first release).
+
+    Args:
+        p: release probability per step, in (0, 1].
+        fill: ``zeros`` or ``previous``.
+    """
+
+    name: ClassVar[str] = "random_release"
+
+    def __init__(self, p: float = 0.5, fill: str = "zeros"):
+        self.p = _real("p", p, 0.0, 1.0, low_open=True)
+        if fill not in ("zeros", "previous"):
+            raise DefenseParameterError(f"fill must be 'zeros' or 'previous', got {fill!r}")
+        self.fill = fill
+
+    def source(self, length: int, rng: np.random.Generator) -> np.ndarray:
+        """Per released position, the true step it carries, or -1 for zeros."""
+        released = rng.random(length) < self.p
+        src = np.where(released, np.arange(length), -1)
+        if self.fill == "previous":
+            src = np.maximum.accumulate(src)
+        return src
+
+    def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream:
+        src = self.source(gradients.length, rng)
+        index = torch.as_tensor(np.maximum(src, 0))
+        mask = torch.as_tensor(src >= 0)
+        out = {}
+        for name, g in gradients.tensors.items():
+            m = mask.reshape((-1,) + (1,) * (g.dim() - 1))
+            out[name] = torch.where(m, g[index], torch.zeros((), dtype=g.dtype))
+        return GradientStream(out)
