@@ -48,6 +48,14 @@ class InvalidGradientError(GradleakError, ValueError):
     """A released gradient holding NaN or Inf, or with the wrong parameter names or shapes."""
 
 
+class InvalidEntryError(GradleakError, ValueError):
+    """A leaderboard entry that does not match the schema; the message names the field."""
+
+
+class UnofficialDatasetError(GradleakError):
+    """A run or entry whose dataset is not the official held-out split of the manifest."""
+
+
 class MissingDependencyError(GradleakError, ImportError):
     """An optional dependency (ray, ai2thor, habitat_sim, ...) that is needed but not installed."""
 

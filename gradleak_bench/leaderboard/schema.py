@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from gradleak_bench.errors import GradleakError
+from gradleak_bench.errors import InvalidEntryError, UnofficialDatasetError  # noqa: F401  (re-exported)
 
 SCHEMA = "gradleak-bench-entry/1"
 
@@ -29,14 +29,6 @@ PRIMARY_METRIC = {"PointNav": "action_accuracy", "ActivePerception": "action_acc
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 JsonScalar = Union[str, int, float, bool, None]
-
-
-class InvalidEntryError(GradleakError, ValueError):
-    """A leaderboard entry that does not match the schema; the message names the field."""
-
-
-class UnofficialDatasetError(GradleakError):
-    """A run or entry whose dataset is not the official held-out split of the manifest."""
 
 
 @dataclass(frozen=True)
