@@ -24,7 +24,7 @@ from gradleak_bench import splits
 from gradleak_bench.errors import ChecksumMismatchError, CorruptFileError
 from gradleak_bench.paths import cache_dir
 from gradleak_bench.records import Episode
-from gradleak_bench.tasks import get_task
+from gradleak_bench.tasks import get_task, step_truth
 from gradleak_bench.victims.checkpoint import LoadedVictim, load_victim
 from gradleak_bench.victims.policies import PolicyActor, single_thread
 from gradleak_bench.victims.targets import loss_targets, stack_obs
@@ -69,30 +69,17 @@ def episode_seed(seed: int, layout_id: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, layout_id, index]).generate_state(1)[0])
 
 
-def _truth_step(task_fields: tuple[tuple[str, ...], tuple[str, ...]], obs: Any, info: dict) -> dict:
-    obs_fields, info_fields = task_fields
-    step = {}
-    for name in obs_fields:
-        value = obs[name] if isinstance(obs, dict) else obs
-        step[name] = value[..., 0] if name == "depth" and value.ndim == 3 else value
-    for name in info_fields:
-        step[name] = info[name]
-    step["pose"] = np.asarray(info["pose"], dtype=np.float32)
-    return step
-
-
 def generate_episode(env: gym.Env, victim: LoadedVictim, layout_id: int, seed: int, length: int,
                      episode_id: str) -> Episode:
     """One episode of at most ``length`` steps of the victim acting in ``layout_id``."""
     task = get_task(victim.spec.task)
-    fields = (task.obs_fields, task.info_fields)
     actor = PolicyActor(victim.policy, victim.spec.algo, victim.spec.exploration_eps)
     rng = np.random.default_rng(seed)
     obs, info = env.reset(seed=seed, options={"layout_id": layout_id})
     steps, observations, actions, rewards = [], [], [], []
     terminated = False
     for _ in range(length):
-        steps.append(_truth_step(fields, obs, info))
+        steps.append(step_truth(task.obs_fields, task.info_fields, obs, info))
         observations.append(obs)
         action = actor.act(obs, rng)
         obs, reward, terminated, truncated, info = env.step(action)

@@ -6,6 +6,9 @@ victims exist for it, and the shape of its held-out episodes (TRACE evaluates 8-
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from gradleak_bench.errors import UnknownNameError
 
@@ -83,3 +86,17 @@ def get_task(name: str) -> TaskSpec:
 
 
 DEFAULT_TASK = "PointNav"
+
+
+def step_truth(obs_fields: tuple[str, ...], info_fields: tuple[str, ...], obs: Any, info: dict[str, Any]) -> dict:
+    """One step's truth fields from an observation and its ``info``: the observed modalities (depth without its
+    channel axis), the ``info`` sensors the policy does not see, and the pose. Missing ``info`` keys are
+    skipped, so any gymnasium env can be recorded."""
+    truth = {}
+    for name in obs_fields:
+        value = np.asarray(obs[name] if isinstance(obs, dict) else obs)
+        truth[name] = value[..., 0] if name == "depth" and value.ndim == 3 else value
+    truth.update({name: np.asarray(info[name]) for name in info_fields if name in info})
+    if "pose" in info:
+        truth["pose"] = np.asarray(info["pose"], dtype=np.float32)
+    return truth

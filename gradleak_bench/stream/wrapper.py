@@ -25,6 +25,7 @@ import numpy as np
 
 from gradleak_bench.records import Episode, LossSpec, StepRecord
 from gradleak_bench.stream.replay import EpisodeGradients
+from gradleak_bench.tasks import step_truth
 from gradleak_bench.victims.targets import loss_targets, stack_obs
 
 
@@ -86,7 +87,7 @@ class GradientStreamWrapper(gym.Wrapper):
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        truth = self._truth(self._obs, self._info)
+        truth = step_truth(*self.fields, self._obs, self._info)
         obs, reward, terminated, truncated, info = self.env.step(action)
         truth.update(action=np.int64(action), reward=np.float32(reward))
         self._segment.append(truth)
@@ -97,17 +98,6 @@ class GradientStreamWrapper(gym.Wrapper):
             info = dict(info)
             info["gradient_records"] = self._close_segment(obs, bool(terminated))
         return obs, reward, terminated, truncated, info
-
-    def _truth(self, obs: Any, info: dict[str, Any]) -> dict[str, Any]:
-        obs_fields, info_fields = self.fields
-        truth = {}
-        for name in obs_fields:
-            value = np.asarray(obs[name] if isinstance(obs, dict) else obs)
-            truth[name] = value[..., 0] if name == "depth" and value.ndim == 3 else value
-        truth.update({name: np.asarray(info[name]) for name in info_fields if name in info})
-        if "pose" in info:
-            truth["pose"] = np.asarray(info["pose"], dtype=np.float32)
-        return truth
 
     def _close_segment(self, last_obs: Any, terminated: bool) -> list[StepRecord]:
         steps = {k: np.stack([s[k] for s in self._segment]) for k in self._segment[0]}
