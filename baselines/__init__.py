@@ -39,3 +39,16 @@ register("defense", "correlated_noise", f"{_SUITE}:CorrelatedNoise",
          "Gaussian noise AR(1)-correlated across steps, per-step std sigma (params: sigma, rho)")
 register("defense", "random_release", f"{_SUITE}:RandomRelease",
          "release each step with probability p, else zeros or the previous release (params: p, fill)")
+register("defense", "action_obfuscation", "gradleak_bench.baselines.defenses.action:ActionObfuscation",
+         "client-side randomised response on the reported action label (param: p)")
+
+# TRACE (issue 5): baselines/attacks/trace.py, docs/trace.md.
+_TRACE = "gradleak_bench.baselines.attacks.trace"
+register("attack", "trace", f"{_TRACE}:TRACE",
+         "TRACE: learned gradient encoder + interleaved causal transformer, autoregressive frames and actions "
+         "(params: preset=quick|paper|tiny, weights, train=auto|never|force, seq_len, epochs, ...)")
+register("attack", "trace_no_temporal", f"{_TRACE}:TRACENoTemporal",
+         "TRACE ablation: single-frame learned inversion (Learning-to-Invert style), same features and budget")
+for _n in (1, 4, 8, 16):
+    register("attack", f"trace_seq{_n}", f"{_TRACE}:TRACESeq{_n}",
+             f"TRACE ablation: context window of {_n} step(s) of gradients and own previous frames")

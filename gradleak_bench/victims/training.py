@@ -7,7 +7,7 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -15,6 +15,7 @@ import safetensors.torch
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
+from gradleak_bench.errors import GradleakError
 from gradleak_bench.paths import atomic_write_bytes
 from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.checkpoint import cached_dir, save_checkpoint
@@ -41,13 +42,25 @@ def _load_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:
     optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
-class _ProgressSaver(BaseCallback):
-    """Saves the policy, optimiser state and step count every CHUNK_STEPS steps (atomically: the JSON that
-    declares the progress is written last)."""
+class TrainingHooks(Protocol):
+    """What a caller may attach to a resumable training run (the defended training of
+    :mod:`gradleak_bench.victims.defended` is one): callbacks, and a JSON state saved with each progress
+    chunk so that a resumed run continues where it stopped."""
 
-    def __init__(self, directory: Path, bar: Any, seconds: float):
+    def attach(self, model: Any) -> list[BaseCallback]: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def load_state(self, state: dict[str, Any]) -> None: ...
+
+
+class _ProgressSaver(BaseCallback):
+    """Saves the policy, optimiser state, step count and the hooks' state every CHUNK_STEPS steps
+    (atomically: the JSON that declares the progress is written last)."""
+
+    def __init__(self, directory: Path, bar: Any, seconds: float, hooks: TrainingHooks | None):
         super().__init__()
-        self.directory, self.bar = directory, bar
+        self.directory, self.bar, self.hooks = directory, bar, hooks
         self.seconds, self._start, self._saved_at = seconds, time.perf_counter(), -1
 
     def _on_step(self) -> bool:
@@ -62,8 +75,10 @@ class _ProgressSaver(BaseCallback):
         self._start, self._saved_at = now, self.model.num_timesteps
         safetensors.torch.save_model(self.model.policy, str(self.directory / "progress.safetensors"))
         _save_optimizer(self.model.policy.optimizer, self.directory / "optimizer.safetensors")
-        atomic_write_bytes(self.directory / "progress.json",
-                           json.dumps({"timesteps": int(self.model.num_timesteps), "seconds": self.seconds}).encode())
+        state = {"timesteps": int(self.model.num_timesteps), "seconds": self.seconds}
+        if self.hooks is not None:
+            state["hooks"] = self.hooks.state()
+        atomic_write_bytes(self.directory / "progress.json", json.dumps(state).encode())
 
 
 def _make_model(spec: VictimSpec) -> Any:
@@ -82,17 +97,29 @@ def _make_model(spec: VictimSpec) -> Any:
     return model
 
 
-def train(task: str, victim: str | None = None, budget: int | None = None, eval_episodes: int = 24,
-          progress: bool = True) -> dict[str, Any]:
-    """Train (or resume training) the victim and write its ``trained`` checkpoint to the cache."""
+def with_budget(spec: VictimSpec, budget: int | None = None, seed: int | None = None) -> VictimSpec:
+    """``spec`` with another training budget and/or training seed (and so another config hash)."""
+    train = spec.train
+    if budget is not None:
+        if budget < 1:
+            raise GradleakError(f"the training budget must be at least 1 environment step, got {budget}")
+        train = dataclasses.replace(train, total_timesteps=int(budget))
+    if seed is not None:
+        train = dataclasses.replace(train, seed=int(seed))
+    return dataclasses.replace(spec, train=train)
+
+
+def train_resumable(spec: VictimSpec, directory: Path, desc: str, hooks: TrainingHooks | None = None,
+                    progress: bool = True) -> tuple[Any, int, float]:
+    """Train ``spec`` from its ``init`` weights to its budget, resuming from ``directory``'s saved progress.
+
+    Returns the SB3 model, the steps trained and the training seconds (summed over resumed sessions).
+    """
     from tqdm.auto import tqdm
 
-    spec = get_victim(task, victim)
-    if budget is not None:
-        spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, total_timesteps=budget))
-    directory = cached_dir(spec)
     directory.mkdir(parents=True, exist_ok=True)
     model = _make_model(spec)
+    callbacks = hooks.attach(model) if hooks is not None else []
     done, seconds = 0, 0.0
     progress_file = directory / "progress.json"
     if progress_file.is_file():
@@ -100,17 +127,28 @@ def train(task: str, victim: str | None = None, budget: int | None = None, eval_
         safetensors.torch.load_model(model.policy, str(directory / "progress.safetensors"))
         _load_optimizer(model.policy.optimizer, directory / "optimizer.safetensors")
         done, seconds = int(state["timesteps"]), float(state["seconds"])
+        if hooks is not None and "hooks" in state:
+            hooks.load_state(state["hooks"])
         model.num_timesteps = done  # SB3 counts on from here; a fresh model would count from 0
     total = spec.train.total_timesteps
-    with tqdm(total=total, initial=done, desc=f"train {spec.key}", unit="step", disable=not progress) as bar:
+    with tqdm(total=total, initial=done, desc=desc, unit="step", disable=not progress) as bar:
         if done < total:
-            saver = _ProgressSaver(directory, bar, seconds)
+            saver = _ProgressSaver(directory, bar, seconds, hooks)
             # One learn() call over the whole remaining budget, so SB3's schedules (DQN's exploration) run over
             # the full budget; the callback saves progress every CHUNK_STEPS steps.
-            model.learn(total - done, reset_num_timesteps=done == 0, callback=saver)
+            model.learn(total - done, reset_num_timesteps=done == 0, callback=[saver, *callbacks])
             saver.save()
             done, seconds = int(model.num_timesteps), saver.seconds
     model.policy.eval()
+    return model, done, seconds
+
+
+def train(task: str, victim: str | None = None, budget: int | None = None, eval_episodes: int = 24,
+          progress: bool = True) -> dict[str, Any]:
+    """Train (or resume training) the victim and write its ``trained`` checkpoint to the cache."""
+    spec = with_budget(get_victim(task, victim), budget)
+    directory = cached_dir(spec)
+    model, done, seconds = train_resumable(spec, directory, f"train {spec.key}", progress=progress)
     report = {
         "victim": spec.key, "config_hash": spec.config_hash(), "timesteps": done, "train_seconds": round(seconds, 1),
         "val": success_rate(spec, model.policy, eval_episodes),

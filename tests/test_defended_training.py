@@ -1,0 +1,127 @@
+"""Defended training (`train-defense`): the update applied is the mean of the released per-sample gradients,
+which with no defense is SB3's own gradient; defenses change it; runs resume and are cached."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from gradleak_bench import plugins
+from gradleak_bench.errors import GradleakError
+from gradleak_bench.victims.defended import DefendedUpdates, train_defense
+from gradleak_bench.victims.training import train_resumable, with_budget
+from gradleak_bench.victims.zoo import get_victim
+
+
+def _unclipped(task: str, victim: str, budget: int, **hp):
+    """The victim with SB3's max_grad_norm out of the way, so that SB3's .grad at step time is unclipped."""
+    spec = with_budget(get_victim(task, victim), budget)
+    hyper = {**spec.train.hyperparams, "max_grad_norm": 1e12, **hp}
+    return dataclasses.replace(spec, train=dataclasses.replace(spec.train, hyperparams=hyper))
+
+
+@pytest.mark.parametrize("task,victim,budget,hp", [
+    ("PointNav", "ppo_compact", 256, {"n_steps": 32, "batch_size": 16, "n_epochs": 2}),  # ratio != 1 after the first step
+    ("PointNav", "ppo_compact", 128, {"n_steps": 32, "batch_size": 128, "n_epochs": 1, "normalize_advantage": False}),
+    ("ActivePerception", "reinforce", 128, {"n_steps": 8}),
+    ("ActivePerception", "dqn_compact", 96, {"learning_starts": 32, "batch_size": 16, "train_freq": 4}),
+])
+def test_no_defense_applies_exactly_sb3s_own_gradient(tmp_path, task, victim, budget, hp):
+    spec = _unclipped(task, victim, budget, **hp)
+    hooks = DefendedUpdates(plugins.load("defense", "none"), seed=0, verify=True)
+    train_resumable(spec, tmp_path, "test", hooks=hooks, progress=False)
+    assert hooks.updates > 0
+    assert hooks.max_rel_error < 1e-5, hooks.max_rel_error
+
+
+def test_a2c_defended_step_matches_sb3(tmp_path):
+    spec = _unclipped("PointNav", "a2c", 32, n_steps=4)
+    spec = dataclasses.replace(spec, policy_kwargs={"features_extractor": "CompactCNN", "net_arch": []})
+    hooks = DefendedUpdates(plugins.load("defense", "none"), seed=0, verify=True)
+    train_resumable(spec, tmp_path, "test", hooks=hooks, progress=False)
+    assert hooks.updates == 2 and hooks.max_rel_error < 1e-5
+
+
+def test_a_defense_changes_the_applied_update(tmp_path):
+    spec = _unclipped("PointNav", "ppo_compact", 64, n_steps=16, batch_size=32, n_epochs=1)
+    hooks = DefendedUpdates(plugins.load("defense", "quantize", {"bits": 1}), seed=0, verify=True)
+    train_resumable(spec, tmp_path, "test", hooks=hooks, progress=False)
+    assert hooks.max_rel_error > 0.05
+    assert hooks.released_samples == 64
+
+
+def test_action_obfuscation_relabels_the_buffer_with_exact_behaviour_log_probs(tmp_path):
+    spec = _unclipped("PointNav", "ppo_compact", 64, n_steps=16, batch_size=64, n_epochs=1)
+    defense = plugins.load("defense", "action_obfuscation", {"p": 1.0})
+    hooks = DefendedUpdates(defense, seed=0)
+    seen = {}
+
+    def check(model):
+        buffer = model.rollout_buffer
+        n = buffer.buffer_size * buffer.n_envs
+        obs = torch.as_tensor(buffer.observations.reshape(n, *buffer.observations.shape[2:]))
+        with torch.no_grad():
+            _, log_prob, _ = model.policy.evaluate_actions(obs, torch.as_tensor(buffer.actions.reshape(n)).long())
+        seen["err"] = float(np.abs(log_prob.numpy() - buffer.log_probs.reshape(n)).max())
+
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Check(BaseCallback):
+        def _on_step(self):
+            return True
+
+        def _on_rollout_end(self):
+            check(self.model)
+
+    class Hooks:
+        def attach(self, model):
+            return hooks.attach(model) + [Check()]
+
+        def state(self):
+            return hooks.state()
+
+        def load_state(self, s):
+            hooks.load_state(s)
+
+    train_resumable(spec, tmp_path, "test", hooks=Hooks(), progress=False)
+    assert hooks.relabelled > 0  # p=1: uniformly random labels, 4/5 of them differ
+    assert seen["err"] < 1e-5
+
+
+def test_action_obfuscation_parameters_and_epsilon():
+    d = plugins.load("defense", "action_obfuscation", {"p": 0.5})
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, 5, size=20000)
+    reported = d.report_actions(actions, 5, rng)
+    assert abs((reported == actions).mean() - (0.5 + 0.5 / 5)) < 0.02
+    assert d.action_epsilon(5) == pytest.approx(np.log(1 + 5 * 0.5 / 0.5))
+    with pytest.raises(GradleakError, match="p must be in"):
+        plugins.load("defense", "action_obfuscation", {"p": 1.5})
+
+
+def test_train_defense_reports_both_runs_resumes_and_caches(tmp_path):
+    kwargs = dict(task="PointNav", victim="ppo_compact", budget=512, eval_episodes=1, progress=False)
+    report = train_defense("dp_sgd", {"C": 1.0, "sigma": 0.5}, out=tmp_path, **kwargs)
+    assert report["defended"]["timesteps"] == 512 and report["undefended"]["timesteps"] == 512
+    assert report["defended"]["released_samples"] == report["defended"]["updates"] * 64
+    assert report["dp_accounting"]["releases"] == 4  # PPO: once per epoch
+    assert report["dp_epsilon_per_step"] > 0
+    on_disk = json.loads((tmp_path / "train_defense.json").read_text())
+    assert on_disk["defended"]["val"] == report["defended"]["val"]
+    # cached: no retraining (the defended checkpoint is not rewritten)
+    again = train_defense("dp_sgd", {"C": 1.0, "sigma": 0.5}, **kwargs)
+    assert again["config_hash"] == report["config_hash"]
+    assert again["defended"]["train_seconds"] == report["defended"]["train_seconds"]
+    # another parameter is another run
+    other = train_defense("dp_sgd", {"C": 1.0, "sigma": 1.0}, **kwargs)
+    assert other["config_hash"] != report["config_hash"]
+
+
+def test_train_defense_rejects_bad_parameters_before_training():
+    with pytest.raises(GradleakError, match="sigma"):
+        train_defense("dp_sgd", {"sigma": -1.0}, task="PointNav", victim="ppo_compact", budget=64, progress=False)
+    with pytest.raises(GradleakError, match="budget"):
+        train_defense("none", {}, task="PointNav", victim="ppo_compact", budget=0, progress=False)
