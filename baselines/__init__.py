@@ -52,3 +52,10 @@ register("attack", "trace_no_temporal", f"{_TRACE}:TRACENoTemporal",
 for _n in (1, 4, 8, 16):
     register("attack", f"trace_seq{_n}", f"{_TRACE}:TRACESeq{_n}",
              f"TRACE ablation: context window of {_n} step(s) of gradients and own previous frames")
+
+# Trajectory attacks (issue 6): baselines/attacks/tsp.py, docs/tsp.md.
+register("attack", "tsp", "gradleak_bench.baselines.attacks.tsp:TSP",
+         "Temporal State Propagator: poses from decoupled actions, a learned blocked-move encoder and damped "
+         "RK4 kinematics fit by L-BFGS (params: fit_layouts, damping, yaw_starts, occupancy_weight, iterations)")
+register("attack", "dead_reckoning", "gradleak_bench.baselines.attacks.tsp:DeadReckoning",
+         "poses by integrating the closed-form actions with the nominal step sizes, collisions ignored")

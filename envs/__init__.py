@@ -1,12 +1,14 @@
-"""Environments of gradleak-bench. Importing this package registers the gymnasium ids (lazily: PyBullet is
-imported only when an env is made)."""
+"""Environments of gradleak-bench. Importing this package registers the gymnasium ids (lazily: PyBullet,
+AI2-THOR and Habitat are imported only when an env is made on them)."""
 from __future__ import annotations
 
 import gymnasium
 
+# The entry points dispatch on ``backend=`` ("pybullet", the default, "ai2thor", "habitat"): the same id, spaces,
+# rewards and episode length on every simulator (see docs/backends.md).
 _ENVS = {
-    "gradleak/PointNav-v0": ("gradleak_bench.envs.pybullet.household:PointNavEnv", 200),
-    "gradleak/ActivePerception-v0": ("gradleak_bench.envs.pybullet.household:ActivePerceptionEnv", 100),
+    "gradleak/PointNav-v0": ("gradleak_bench.envs.backend:make_pointnav", 200),
+    "gradleak/ActivePerception-v0": ("gradleak_bench.envs.backend:make_active_perception", 100),
 }
 
 

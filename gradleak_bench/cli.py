@@ -84,6 +84,9 @@ def generate(
     episodes: Optional[int] = typer.Option(None, help="episodes per layout (default: the task's standard)"),
     seed: int = typer.Option(0, help="dataset seed (the standard split uses 0)"),
     out: Optional[Path] = typer.Option(None, help="output folder for DATASET_KEY.h5 (default: the cache)"),
+    executor: str = typer.Option("local", help="local (this process) or ray (one layout per Ray task; docs/scale-out.md)"),
+    ray_address: Optional[str] = typer.Option(None, help="Ray cluster address (HOST:PORT, ray://HOST:10001 or auto; "
+                                              "default: start a local Ray instance)"),
 ) -> None:
     """Generate (or re-verify) an episode dataset and print its sha256 and a summary.
 
@@ -94,8 +97,11 @@ def generate(
 
     from gradleak_bench import dataset as datasets
 
+    from gradleak_bench.executors import get_executor
+
     config = datasets.standard_config(task, victim, checkpoint, split, episodes, seed)
-    ds = datasets.load_or_generate(config, path=out / f"{config.key}.h5" if out else None)
+    with get_executor(executor, ray_address) as ex:
+        ds = datasets.load_or_generate(config, path=out / f"{config.key}.h5" if out else None, executor=ex)
     official = datasets.check_official(ds)
     eps = list(ds)
     lengths = np.array([e.length for e in eps])
@@ -123,7 +129,8 @@ def evaluate(
     defense: str = typer.Option("none", help="registered name, module:Class, or path/to/file.py:Class"),
     victim: Optional[str] = typer.Option(None, help="victim of the task (default: the task's first)"),
     checkpoint: str = typer.Option("init", help="victim checkpoint: init or trained"),
-    split: str = typer.Option("test", help="test (held-out layouts), val or train"),
+    split: str = typer.Option("test", help="test (held-out layouts), val or train; append -full (test-full) for "
+                                            "full-length episodes instead of 8 steps (trajectory attacks)"),
     episodes: Optional[int] = typer.Option(None, help="score only the first N episodes (one per layout in turn)"),
     seed: int = typer.Option(0, help="seed of the defense's randomness and the bootstrap"),
     out: Path = typer.Option(Path("runs/latest"), help="output folder (results.json, episodes.csv, pictures)"),
@@ -131,6 +138,15 @@ def evaluate(
     attack_param: list[str] = typer.Option([], "--attack-param", "-A", help="attack parameter KEY=VALUE (repeatable)"),
     defense_param: list[str] = typer.Option([], "--defense-param", "-D", help="defense parameter KEY=VALUE (repeatable)"),
     control: bool = typer.Option(True, help="also score the no-leak control (the attack fed another episode's gradients)"),
+    metric: list[str] = typer.Option([], "--metric", "-M", help="score only this metric, or every metric of this "
+                                     "field, e.g. -M pose (repeatable; default: all of the attack's fields)"),
+    executor: str = typer.Option("local", help="local (this process) or ray (episode shards as Ray tasks; docs/scale-out.md)"),
+    ray_address: Optional[str] = typer.Option(None, help="Ray cluster address (HOST:PORT, ray://HOST:10001 or auto; "
+                                              "default: start a local Ray instance)"),
+    shard_size: int = typer.Option(1, help="episodes per unit of work (a Ray task; the resume granularity)"),
+    resume: bool = typer.Option(True, help="resume an interrupted run of the same config in OUT (--no-resume: start afresh)"),
+    gradients: Optional[Path] = typer.Option(None, help="score gradients from this file (gradleak-bench-gradients "
+                                             "HDF5, docs/scale-out.md) instead of recomputing them"),
 ) -> None:
     """Score an attack on a task's held-out episodes, behind a defense.
 
@@ -150,8 +166,13 @@ def evaluate(
         attack=attack, task=task, victim=victim, checkpoint=checkpoint, defense=defense, split=split,
         episodes=episodes, seed=seed, attack_params=plugins.parse_params(attack_param),
         defense_params=plugins.parse_params(defense_param), out=str(out), wandb=wandb, control=control,
+        metrics=list(metric) or None, executor=executor, ray_address=ray_address, shard_size=shard_size,
+        gradients=str(gradients) if gradients else None,
     )
-    result = run_evaluate(config)
+    from gradleak_bench.executors import get_executor
+
+    with get_executor(executor, ray_address) as ex:  # a missing extra or a bad address fails before any work
+        result = run_evaluate(config, resume=resume, executor=ex)
     print_summary(result.summary)
     for row in result.rows:
         if row.status != "ok":
@@ -173,6 +194,32 @@ def print_summary(summary: dict) -> None:
     for name, m in summary["metrics"].items():
         table.add_row(name, fmt(m), fmt(m["control"]) if "control" in m else "-", fmt(m["leakage"]) if "leakage" in m else "-")
     console.print(table)
+    for note in summary.get("notes", []):
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command("export-gradients")
+def export_gradients(
+    task: str = typer.Argument("PointNav", help="task name"),
+    out: Path = typer.Option(..., help="the gradient file to write (HDF5, format gradleak-bench-gradients/1)"),
+    split: str = typer.Option("train", help="train, val or test"),
+    victim: Optional[str] = typer.Option(None, help="victim of the task (default: the task's first)"),
+    checkpoint: str = typer.Option("init", help="init or trained"),
+    episodes: Optional[int] = typer.Option(None, help="episodes per layout (default: the task's standard)"),
+    seed: int = typer.Option(0, help="dataset seed"),
+    dtype: str = typer.Option("float16", help="float16 (half the size) or float32 (exact)"),
+    executor: str = typer.Option("local", help="local or ray"),
+    ray_address: Optional[str] = typer.Option(None, help="Ray cluster address"),
+) -> None:
+    """Materialise a split's exact per-step gradients as a chunked, compressed HDF5 file (float16 by default)
+    that attackers stream minibatches from (GradientFile.batches) and `evaluate --gradients` can score."""
+    from gradleak_bench.executors import get_executor
+    from gradleak_bench.gradient_store import export_gradients as export
+
+    with get_executor(executor, ray_address) as ex:
+        path, sha = export(out, task, victim, checkpoint, split, episodes, seed, dtype, executor=ex)
+    console.print(f"gradients: {path} ({path.stat().st_size / 2**20:.1f} MiB)", soft_wrap=True)
+    print(sha)
 
 
 @app.command("train-victim")
@@ -188,6 +235,102 @@ def train_victim(
 
     report = train(task, victim, budget=budget, eval_episodes=eval_episodes)
     console.print_json(json.dumps(report))
+
+
+@app.command("train-defense")
+def train_defense_cmd(
+    defense: str = typer.Argument(..., help="registered name (see `list`), module:Class, or path/to/file.py:Class"),
+    task: str = typer.Option("PointNav", help="task name"),
+    victim: Optional[str] = typer.Option(None, help="victim of the task (default: the task's first)"),
+    budget: Optional[int] = typer.Option(None, help="environment steps for both runs (default: the victim's fixed budget)"),
+    seed: Optional[int] = typer.Option(None, help="training seed for both runs (default: the victim's)"),
+    defense_param: list[str] = typer.Option([], "--defense-param", "-D", help="defense parameter KEY=VALUE (repeatable)"),
+    eval_episodes: int = typer.Option(24, help="val episodes for success rate and return"),
+    out: Optional[Path] = typer.Option(None, help="also write OUT/train_defense.json"),
+) -> None:
+    """What a defense costs the agent: train the victim on the train layouts with the defense applied to its
+    real updates (each minibatch's per-sample gradients are released through the defense and their mean is
+    the update), and the undefended victim with the same budget and seed; report val success rate and return
+    of both, the slowdown, and the defense's formal epsilon where it has one.
+
+    Both runs are resumable (re-run the same command) and cached by config hash.
+
+    Example: gradleak-bench train-defense dp_sgd -D C=1 -D sigma=0.5 --task ActivePerception --victim reinforce --budget 8192
+    """
+    from gradleak_bench import plugins
+    from gradleak_bench.victims.defended import train_defense
+
+    report = train_defense(defense, plugins.parse_params(defense_param), task=task, victim=victim, budget=budget,
+                           seed=seed, eval_episodes=eval_episodes, out=out)
+    table = Table(title=f"{report['task']}/{report['victim']}, {report['budget']} steps, seed {report['seed']}: "
+                        f"defense {report['defense']['name']} {report['defense']['params']}")
+    for col in ("run", "val success", "val return", "steps/s"):
+        table.add_column(col)
+    for run in ("undefended", "defended"):
+        r = report[run]
+        table.add_row(run, f"{r['val']['success_rate']:.3f}", f"{r['val']['mean_return']:.3f}", f"{r['steps_per_second']:.0f}")
+    console.print(table)
+    for key in ("dp_epsilon_per_step", "action_epsilon"):
+        if key in report:
+            console.print(f"{key}: {report[key]:.4g}")
+    console.print(f"report: {(out / 'train_defense.json') if out else report['cache_dir'] + '/report.json'}", soft_wrap=True)
+
+
+@app.command()
+def grid(
+    attack: list[str] = typer.Option([], "--attack", "-a", help="an attack (repeatable; default: every registered attack)"),
+    setting: list[str] = typer.Option([], "--setting", "-s", help="a defense setting NAME[:KEY=VALUE,...] (repeatable; default: the standard 20 settings)"),
+    target: list[str] = typer.Option([], "--target", "-t", help="TASK/VICTIM (repeatable; default: PointNav/ppo and ActivePerception/dqn)"),
+    checkpoint: str = typer.Option("init", help="victim checkpoint: init or trained"),
+    split: str = typer.Option("test", help="test (held-out layouts), val or train"),
+    episodes: Optional[int] = typer.Option(None, help="score only the first N episodes of each cell"),
+    seed: int = typer.Option(0, help="seed of the defenses' randomness, the bootstrap and the utility training"),
+    utility_budget: Optional[int] = typer.Option(None, help="train-defense budget in environment steps per setting (default: no utility runs)"),
+    utility_eval_episodes: int = typer.Option(24, help="val episodes of each utility run"),
+    attack_param: list[str] = typer.Option([], "--attack-param", "-A", help="ATTACK.KEY=VALUE (repeatable), e.g. inverting_gradients.preset=quick"),
+    out: Path = typer.Option(Path("runs/grid"), help="output folder (cells/, grid.md, grid.csv, privacy_utility_*.png)"),
+    executor: str = typer.Option("local", help="local (default) or ray: cells and utility runs as Ray tasks"),
+    ray_address: Optional[str] = typer.Option(None, help="Ray cluster address (default: start a local one)"),
+) -> None:
+    """Every attack x every defense setting through the runner, each setting's utility cost from
+    train-defense, a privacy-utility plot with the Pareto frontier and a table (docs/defenses.md).
+
+    Resumable: finished cells and utility runs are reused when the same command runs again.
+
+    Example: gradleak-bench grid -a closed_form -t ActivePerception/dqn_compact --utility-budget 5000 --episodes 12
+    """
+    from gradleak_bench import plugins
+    from gradleak_bench.grid import STANDARD_SETTINGS, STANDARD_TARGETS, DefenseSetting, GridConfig, run_grid
+
+    targets = []
+    for t in target:
+        task_name, sep, victim_name = t.partition("/")
+        if not sep or not victim_name:
+            raise GradleakError(f"--target must be TASK/VICTIM (e.g. PointNav/ppo), got {t!r}")
+        targets.append((task_name, victim_name))
+    params: dict[str, dict] = {}
+    for pair in attack_param:
+        name, dot, rest = pair.partition(".")
+        if not dot:
+            raise GradleakError(f"--attack-param must be ATTACK.KEY=VALUE, got {pair!r}")
+        params.setdefault(name, {}).update(plugins.parse_params([rest]))
+    config = GridConfig(
+        attacks=tuple(attack) or None, settings=tuple(DefenseSetting.parse(s) for s in setting) or STANDARD_SETTINGS,
+        targets=tuple(targets) or STANDARD_TARGETS, checkpoint=checkpoint, split=split, episodes=episodes, seed=seed,
+        utility_budget=utility_budget, utility_eval_episodes=utility_eval_episodes, out=str(out),
+        executor=executor, ray_address=ray_address, attack_params=params,
+    )
+    result = run_grid(config)
+    failed = [c for c in result["cells"] if c["status"] == "failed"]
+    skipped = [c for c in result["cells"] if c["status"] == "skipped"]
+    console.print((out / "grid.md").read_text(), markup=False, highlight=False)
+    for c in failed:
+        err_console.print(f"[red]cell {c['task']}/{c['victim']} {c['attack']} x {c['setting']} failed:[/red] {c['error']}",
+                          soft_wrap=True)
+    console.print(f"{len(result['cells'])} cells ({len(skipped)} skipped, {len(failed)} failed); "
+                  f"table, plot and csv in {out}", soft_wrap=True)
+    if failed:
+        raise typer.Exit(3)
 
 
 @app.command()
@@ -259,7 +402,9 @@ def main() -> None:
     try:
         app()
     except GradleakError as exc:
-        err_console.print(f"[bold red]error:[/bold red] {exc}")
+        from rich.markup import escape
+
+        err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}")
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted; finished results are kept")

@@ -54,13 +54,29 @@ class DatasetConfig:
         return asdict(self)
 
 
+FULL_SUFFIX = "-full"
+"""A split name ending in this (``test-full``, ``val-full``, ``train-full``) selects the same layouts with full
+episodes: up to the task's episode limit (PointNav 200 steps, ActivePerception 100) instead of the 8-step
+sequences of the standard split. Trajectory attacks need the length (docs/tsp.md)."""
+
+
+def full_episode_length(task: str) -> int:
+    """The task's episode limit (its gymnasium ``max_episode_steps``): the length of a ``*-full`` split."""
+    spec = get_task(task)
+    return int(gym.spec(spec.gym_id).max_episode_steps)
+
+
 def standard_config(task: str, victim: str | None = None, checkpoint: str = "init", split: str = "test",
                     episodes_per_layout: int | None = None, seed: int = 0) -> DatasetConfig:
+    """The standard dataset of a split; ``split`` may carry :data:`FULL_SUFFIX` (``test-full``): the same
+    layouts, episode seeds and episodes per layout, run to the task's episode limit."""
     spec = get_task(task)
+    full = split.endswith(FULL_SUFFIX)
     return DatasetConfig(
-        task=spec.name, victim=victim or spec.default_victim, checkpoint=checkpoint, split=split,
+        task=spec.name, victim=victim or spec.default_victim, checkpoint=checkpoint,
+        split=split[: -len(FULL_SUFFIX)] if full else split,
         episodes_per_layout=spec.episodes_per_layout if episodes_per_layout is None else episodes_per_layout,
-        sequence_length=spec.sequence_length, seed=seed,
+        sequence_length=full_episode_length(spec.name) if full else spec.sequence_length, seed=seed,
     )
 
 
@@ -104,22 +120,67 @@ def plan(config: DatasetConfig) -> list[tuple[str, int, int]]:
     ]
 
 
-def generate(config: DatasetConfig, progress: bool = True, limit: int | None = None) -> list[Episode]:
-    """All episodes of ``config``, or its first ``limit`` (deterministic: the same config gives the same arrays)."""
+def generate(config: DatasetConfig, progress: bool = True, limit: int | None = None,
+             executor: Any = None) -> list[Episode]:
+    """All episodes of ``config``, or its first ``limit`` (deterministic: the same config gives the same arrays,
+    whichever executor generated them)."""
+    return list(iter_generate(config, progress, limit, executor))
+
+
+def iter_generate(config: DatasetConfig, progress: bool = True, limit: int | None = None,
+                  executor: Any = None) -> Iterator[Episode]:
+    """The episodes of ``config`` in canonical order, generated one layout per unit on ``executor`` (an
+    :mod:`gradleak_bench.executors` executor; default: in this process) and yielded as they are ready."""
+    from itertools import groupby
+
     from tqdm.auto import tqdm
 
-    victim = load_victim(config.task, config.victim, config.checkpoint)
-    task = get_task(config.task)
-    env = gym.make(task.gym_id, layouts=config.split, image_size=victim.spec.image_size)
+    units = [list(group) for _, group in groupby(plan(config)[:limit], key=lambda entry: entry[1])]
+    worker = LayoutWorker(config)
+    bar = tqdm(total=sum(len(u) for u in units), desc=f"generate {config.key}", disable=not progress)
     try:
-        with single_thread():
-            return [
-                generate_episode(env.unwrapped, victim, layout, seed, config.sequence_length, episode_id)
-                for episode_id, layout, seed in tqdm(plan(config)[:limit], desc=f"generate {config.key}",
-                                                     disable=not progress)
-            ]
+        results = executor.map(worker, units) if executor is not None else map(worker, units)
+        for episodes in results:
+            for episode in episodes:
+                bar.update(1)
+                yield episode
     finally:
-        env.close()
+        bar.close()
+        worker.close()
+
+
+class LayoutWorker:
+    """The generation unit: ``worker([(episode_id, layout_id, seed), ...]) -> [Episode, ...]`` for the
+    episodes of one layout. Keeps its victim and environment between calls in the same process."""
+
+    def __init__(self, config: DatasetConfig):
+        self.config = config
+        self._state: tuple[Any, Any] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config, "_state": None}
+
+    def __call__(self, unit: list[tuple[str, int, int]]) -> list[Episode]:
+        if self._state is None:
+            victim = load_victim(self.config.task, self.config.victim, self.config.checkpoint)
+            env = gym.make(get_task(self.config.task).gym_id, layouts=self.config.split,
+                           image_size=victim.spec.image_size)
+            self._state = (victim, env)
+        victim, env = self._state
+        with single_thread():
+            return [generate_episode(env.unwrapped, victim, layout, seed, self.config.sequence_length, episode_id)
+                    for episode_id, layout, seed in unit]
+
+    def close(self) -> None:
+        if self._state is not None:
+            self._state[1].close()
+            self._state = None
+
+    def __del__(self) -> None:  # a Ray worker's copy: release the simulator with the object
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 # --- storage -------------------------------------------------------------------------------------------
@@ -141,25 +202,65 @@ def content_sha256(meta: dict[str, Any], episodes: Iterable[Episode]) -> str:
     return digest.hexdigest()
 
 
-def write(path: Path, config: DatasetConfig, episodes: list[Episode]) -> str:
-    """Write the dataset atomically; returns its content sha256."""
+def write(path: Path, config: DatasetConfig, episodes: Iterable[Episode]) -> str:
+    """Write the dataset atomically; returns its content sha256.
+
+    A list is hashed in sorted order; any other iterable is streamed (one episode in memory at a time) and
+    hashed as it arrives (or read back, sorted, when it did not arrive sorted by id)."""
     meta = {"format": FORMAT, "config": config.to_dict()}
-    sha = content_sha256(meta, sorted(episodes, key=lambda e: e.episode_id))
+    streamed = not isinstance(episodes, list)
+    sha = None if streamed else content_sha256(meta, sorted(episodes, key=lambda e: e.episode_id))
+    digest = _StreamingDigest(meta) if streamed else None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with h5py.File(tmp, "w", track_order=True) as f:
         f.attrs["meta"] = json.dumps(meta, sort_keys=True)
-        f.attrs["sha256"] = sha
+        if sha is not None:
+            f.attrs["sha256"] = sha
         group = f.create_group("episodes", track_order=True)
         for ep in episodes:
+            if digest is not None:
+                digest.update(ep)
             g = group.create_group(ep.episode_id)
             g.attrs["layout_id"], g.attrs["seed"], g.attrs["task"] = ep.layout_id, ep.seed, ep.task
             for name, arr in ep.steps.items():
                 g.create_dataset(name, data=arr, compression="gzip" if arr.ndim >= 3 else None,
                                  track_times=False)
+        if digest is not None:
+            if digest.sorted:
+                sha = digest.hexdigest()
+            else:  # came in another order: hash what was written, read back one episode at a time, sorted
+                sha = content_sha256(meta, (_read_episode(group[e], e) for e in sorted(group)))
+            f.attrs["sha256"] = sha
     os.replace(tmp, path)
     return sha
+
+
+class _StreamingDigest:
+    """:func:`content_sha256`, fed one episode at a time (in sorted order)."""
+
+    def __init__(self, meta: dict[str, Any]):
+        self.meta = meta
+        self._digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode())
+        self._last = ""
+
+    sorted = True
+
+    def update(self, ep: Episode) -> None:
+        if ep.episode_id <= self._last:
+            self.sorted = False
+        if not self.sorted:
+            return
+        self._last = ep.episode_id
+        self._digest.update(f"{ep.episode_id}|{ep.layout_id}|{ep.seed}".encode())
+        for name in sorted(ep.steps):
+            arr = np.ascontiguousarray(ep.steps[name])
+            self._digest.update(f"|{name}|{arr.dtype.str}|{arr.shape}|".encode())
+            self._digest.update(arr.tobytes())
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -232,13 +333,15 @@ def check_official(dataset: EpisodeDataset) -> bool | None:
     return True
 
 
-def load_or_generate(config: DatasetConfig, path: Path | None = None, progress: bool = True) -> EpisodeDataset:
-    """Open the dataset of ``config`` from the cache, generating it first when absent, and verify its content
-    sha256 (comparing it with the manifest's official one is :func:`check_official`'s job)."""
+def load_or_generate(config: DatasetConfig, path: Path | None = None, progress: bool = True,
+                     executor: Any = None) -> EpisodeDataset:
+    """Open the dataset of ``config`` from the cache, generating it first when absent (one layout per unit on
+    ``executor``, streamed to disk), and verify its content sha256 (comparing it with the manifest's official
+    one is :func:`check_official`'s job)."""
     in_cache = path is None
     path = Path(path) if path else default_path(config)
     if not path.is_file():
-        write(path, config, generate(config, progress=progress))
+        write(path, config, iter_generate(config, progress=progress, executor=executor))
     dataset = open_dataset(path)
     if dataset.config != config:
         raise CorruptFileError(f"{path} holds dataset {dataset.config.key}, not {config.key}")
@@ -248,5 +351,5 @@ def load_or_generate(config: DatasetConfig, path: Path | None = None, progress: 
         # A cache left by an older code version: regenerate it once; check_official judges the new one.
         warnings.warn(f"cached dataset {path} predates the official split; regenerating it", stacklevel=2)
         path.unlink()
-        return load_or_generate(config, None, progress)
+        return load_or_generate(config, None, progress, executor)
     return dataset

@@ -59,8 +59,21 @@ class UnofficialDatasetError(GradleakError):
 class MissingDependencyError(GradleakError, ImportError):
     """An optional dependency (ray, ai2thor, habitat_sim, ...) that is needed but not installed."""
 
-    def __init__(self, package: str, extra: str, purpose: str):
+    def __init__(self, package: str, extra: str, purpose: str, install: str | None = None):
+        install = install or f"pip install 'gradleak-bench[{extra}]'"
         super().__init__(
-            f"{purpose} needs the optional package {package!r}, which is not installed. "
-            f"Install it with: pip install 'gradleak-bench[{extra}]'"
+            f"{purpose} needs the optional package {package!r}, which is not installed. Install it with: {install}"
         )
+
+
+class SimulatorUnavailableError(GradleakError, RuntimeError):
+    """A simulator backend that is installed but cannot run here: its build, scene files, display or GPU is
+    missing. The message says what to download or install, and how."""
+
+
+class ExecutorError(GradleakError):
+    """A distributed run that cannot start or finish: an unreachable Ray cluster, a worker that kept dying."""
+
+
+class RunStateError(GradleakError):
+    """A run folder whose recorded state cannot be resumed (another run's units, a torn or foreign file)."""

@@ -57,7 +57,16 @@ class Defense(Protocol):
     """Transforms what leaves the device: the per-step gradients of one episode.
 
     ``release`` must not modify its input; randomness must come from ``rng`` (seeded by the runner), so a
-    run is reproducible.
+    run is reproducible. The same ``release`` is applied to the victim's real training updates by
+    ``gradleak-bench train-defense`` (there ``T`` is a minibatch in (env, time) order).
+
+    Optional methods, called when present:
+        ``check(victim) -> None``: raise a :class:`~gradleak_bench.errors.GradleakError` for parameters that
+        do not fit this victim (e.g. unknown layer names), before any work starts.
+        ``report_actions(actions, n_actions, rng) -> actions``: a client-side perturbation of the action labels
+        the gradients are computed for (action obfuscation); the scorer keeps the executed actions.
+        ``epsilon() -> float`` / ``action_epsilon(n_actions) -> float``: a formal guarantee for one released
+        step, recorded in ``results.json``.
     """
 
     name: ClassVar[str]

@@ -8,10 +8,12 @@ another episode's gradients, scored against this episode's truth (what the attac
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import time
 import traceback
+import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,9 +25,11 @@ import torch
 from gradleak_bench import dataset as datasets
 from gradleak_bench import plugins
 from gradleak_bench.errors import GradleakError, InvalidGradientError, PluginContractError
-from gradleak_bench.metrics import MetricSpec, bootstrap_ci, metrics_for_fields
+from gradleak_bench.metrics import MetricSpec, bootstrap_ci, metrics_for_fields, select_metrics
 from gradleak_bench.paths import atomic_write_bytes
 from gradleak_bench.records import Episode, GradientStream, ObservedEpisode, Reconstruction, VictimInfo
+from gradleak_bench.run_store import RunStore
+from gradleak_bench.shards import Context, EpisodeWorker, plan_units
 from gradleak_bench.stream.replay import EpisodeGradients
 from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.checkpoint import LoadedVictim, load_victim
@@ -52,6 +56,15 @@ class EvaluateConfig:
     out: str = "runs/latest"
     wandb: str = "offline"
     control: bool = True
+    # Metric or field names to score (None: every metric of the attack's fields); one whose field the attack
+    # does not reconstruct is skipped with a note in results.json (summary["notes"]), not an error.
+    metrics: list[str] | None = None
+    # Where the episode units run (docs/scale-out.md); none of these changes a row or a metric.
+    executor: str = "local"
+    ray_address: str | None = None
+    shard_size: int = 1
+    # A materialised gradient file (gradleak_bench.gradient_store) to score instead of recomputing gradients.
+    gradients: str | None = None
 
 
 @dataclass
@@ -88,21 +101,25 @@ class AuxiliaryData:
     """What the threat model lets the attacker collect itself: episodes of the same victim checkpoint on
     the *train* layouts, with their truth and exact gradients (an attack's ``fit`` receives this)."""
 
-    def __init__(self, victim: LoadedVictim, gradients: EpisodeGradients):
-        self._victim, self._gradients = victim, gradients
+    def __init__(self, victim: LoadedVictim, gradients: EpisodeGradients, executor: Any = None):
+        self._victim, self._gradients, self._executor = victim, gradients, executor
 
     def collect(self, episodes_per_layout: int = 1, seed: int = 1, split: str = "train",
-                max_episodes: int | None = None) -> Iterator[tuple[Episode, GradientStream]]:
+                max_episodes: int | None = None,
+                sequence_length: int | None = None) -> Iterator[tuple[Episode, GradientStream]]:
+        """``sequence_length``: steps per episode (default the task's standard 8; trajectory attacks ask for
+        up to the episode limit, ``datasets.full_episode_length(task)``)."""
         if split not in ("train", "val"):
             raise GradleakError("auxiliary data may only come from the train or val layouts, never the test split")
         config = datasets.DatasetConfig(
             task=self._victim.spec.task, victim=self._victim.spec.name, checkpoint=self._victim.checkpoint,
             split=split, episodes_per_layout=episodes_per_layout, seed=seed,
-            sequence_length=get_task(self._victim.spec.task).sequence_length,
+            sequence_length=sequence_length or get_task(self._victim.spec.task).sequence_length,
         )
-        # A few episodes are generated on the fly; a whole split is generated once and cached.
-        episodes = datasets.generate(config, progress=False, limit=max_episodes) if max_episodes is not None \
-            else datasets.load_or_generate(config, progress=False)
+        # A few episodes are generated on the fly; a whole split is generated once (one layout per unit on the
+        # run's executor) and cached. Either way the episodes stream: one in memory at a time.
+        episodes = datasets.iter_generate(config, progress=False, limit=max_episodes, executor=self._executor) \
+            if max_episodes is not None else datasets.load_or_generate(config, progress=False, executor=self._executor)
         for episode in episodes:
             yield episode, self._gradients(episode)
 
@@ -158,7 +175,9 @@ def score(metrics: list[MetricSpec], recon: Reconstruction, truth: Episode) -> t
     for metric in metrics:
         if metric.field not in recon.fields or metric.field not in truth.steps:
             continue
-        per_step = np.asarray(metric.fn(recon.fields[metric.field], truth.steps[metric.field]), dtype=np.float64)
+        context = {"episode": truth} if metric.needs_episode else {}  # e.g. the layout, for trajectory metrics
+        per_step = np.asarray(metric.fn(recon.fields[metric.field], truth.steps[metric.field], **context),
+                              dtype=np.float64)
         failed[metric.name] = int(np.isnan(per_step).sum())
         values[metric.name] = float(np.nanmean(per_step)) if failed[metric.name] < per_step.size else math.nan
     return values, failed
@@ -180,92 +199,201 @@ def select_episodes(dataset: datasets.EpisodeDataset, n: int | None, sample_seed
     return [ids[i] for i in sorted(picked)]
 
 
-def evaluate(config: EvaluateConfig, progress: bool = True) -> RunResult:
-    """Run one evaluation and write ``results.json``, ``episodes.csv`` and ``episodes.jsonl`` to ``config.out``."""
-    from tqdm.auto import tqdm
+def evaluate(config: EvaluateConfig, progress: bool = True, executor: Any = None, resume: bool = True) -> RunResult:
+    """Run one evaluation and write ``results.json``, ``episodes.csv`` and ``episodes.jsonl`` to ``config.out``.
 
+    The episodes are independent units run on ``executor`` (an :mod:`gradleak_bench.executors` executor;
+    default: the one ``config.executor`` names, started and shut down here). Every finished episode is
+    recorded in ``config.out`` at once (:mod:`gradleak_bench.run_store`): the same call after a crash resumes
+    where it stopped, and one in a folder holding another run starts fresh (``resume=False`` always does).
+    Memory stays flat in the number of episodes: episodes stream from the dataset file one at a time and
+    reconstructions go to disk, read back one at a time for the controls.
+    """
     task = get_task(config.task)
     attack = plugins.load("attack", config.attack, config.attack_params)
     defense = plugins.load("defense", config.defense, config.defense_params)
     victim = load_victim(task.name, config.victim, config.checkpoint)
-    gradients = EpisodeGradients(victim.policy, victim.spec.loss, env_spaces(task.name, victim.spec.image_size)[0])
+    gradients = make_gradients(config, victim)
     info = victim_info(victim, gradients)
     if hasattr(attack, "supports") and (reason := attack.supports(info)):
         raise GradleakError(f"attack {attack.name!r} does not apply to victim {victim.checkpoint_id}: {reason}")
+    if hasattr(defense, "check"):  # victim-dependent parameters (layer names) are checked before any work
+        defense.check(info)
 
     ds_config = datasets.standard_config(task.name, victim.spec.name, config.checkpoint, config.split)
     dataset = datasets.load_or_generate(ds_config, progress=progress)
     official = datasets.check_official(dataset)
+    if hasattr(gradients, "check_dataset"):  # external gradients must belong to this dataset's episodes
+        gradients.check_dataset(dataset.sha256)
     episode_ids = select_episodes(dataset, config.episodes, config.sample_seed)
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    fit_seconds = 0.0
-    if hasattr(attack, "fit"):
-        start = time.perf_counter()
-        try:
-            attack.fit(info, AuxiliaryData(victim, gradients))
-        except GradleakError:
-            raise
-        except Exception as exc:  # nothing is scored yet, so the run stops here with the reason
-            raise GradleakError(f"attack {attack.name!r} failed in fit(): {type(exc).__name__}: {exc}") from exc
-        fit_seconds = time.perf_counter() - start
-
-    metrics = metrics_for_fields(attack.fields)
+    metrics, notes = select_metrics(config.metrics, attack.fields, f"attack {attack.name!r}")
     rng = np.random.default_rng(config.seed)
-    rows: list[EpisodeRow] = []
-    recons: dict[str, Reconstruction] = {}
-    truths: dict[str, Episode] = {}
-    jsonl = (out / "episodes.jsonl").open("w")
-    try:
-        for index, episode_id in enumerate(tqdm(episode_ids, desc=f"{attack.name} x {defense.name}", disable=not progress)):
-            episode = dataset.episode(episode_id)
-            row = EpisodeRow(episode_id, episode.layout_id, episode.length, "ok")
-            try:
-                released = defense.release(gradients(episode), np.random.default_rng(rng.integers(2**63)))
-                check_released(released, gradients.param_shapes, episode.length, defense.name)
-                observed = ObservedEpisode(key=f"episode-{index:04d}", t=np.arange(episode.length), gradients=released)
-                start = time.perf_counter()
-                raw = attack.reconstruct(observed, info)
-                row.attack_ms = (time.perf_counter() - start) * 1e3
-                recon = check_reconstruction(raw, attack, episode)
-                row.metrics, row.failed_frames = score(metrics, recon, episode)
-                recons[episode_id], truths[episode_id] = recon, episode
-            except GradleakError as exc:
-                row.status, row.error = "failed", str(exc)
-            except Exception as exc:  # a crashing plug-in fails its episode, not the run
-                row.status = "failed"
-                row.error = f"{type(exc).__name__}: {exc} | {traceback.format_exc(limit=3).splitlines()[-3].strip()}"
-            rows.append(row)
-            jsonl.write(json.dumps(row.flat(), default=float) + "\n")
-            jsonl.flush()
-    finally:
-        jsonl.close()
-
+    # The defense's per-episode seeds, drawn in canonical order as the sequential runner always drew them.
+    seeds = [int(rng.integers(2**63)) for _ in episode_ids]
+    context = Context(attack, defense, gradients, info, metrics, dataset)
+    store, fit_seconds = _run_units(config, context, ds_config, dataset, episode_ids, seeds, victim, out,
+                                    executor, resume, progress)
+    rows = [EpisodeRow(**store.rows()[e]) for e in episode_ids]
+    _write_jsonl(out, rows)
     if config.control:
-        _score_controls(rows, recons, truths, metrics)
+        _score_controls(rows, store, dataset, metrics)
     summary = summarise(config, rows, metrics, dataset, official, victim, fit_seconds, info)
+    summary.update(defense_guarantees(defense, info))
+    if notes:
+        summary["notes"] = notes
     result = RunResult(out, summary, rows)
     write_results(result)
     if config.wandb != "disabled":
         from gradleak_bench.tracking import log_run
 
-        log_run(result, config, recons, truths)
+        # the picture grids show a few episodes: only those reconstructions are read back
+        shown = [r.episode_id for r in rows if r.status == "ok"][:4]
+        recons = {e: Reconstruction(fields=store.reconstruction(e)) for e in shown}
+        log_run(result, config, recons, {e: dataset.episode(e) for e in shown})
+    store.close()
     return result
 
 
-def _score_controls(rows: list[EpisodeRow], recons: dict[str, Reconstruction], truths: dict[str, Episode],
+def run_episode(context: Context, index: int, episode_id: str, seed: int) -> tuple[EpisodeRow, Reconstruction | None]:
+    """One held-out episode: gradients -> defense -> attack -> checks -> scores (a crash fails the episode only)."""
+    episode = context.dataset.episode(episode_id)
+    row = EpisodeRow(episode_id, episode.layout_id, episode.length, "ok")
+    recon = None
+    try:
+        rng = np.random.default_rng(seed)
+        released = context.defense.release(context.gradients(reported(context, episode, rng)), rng)
+        check_released(released, context.gradients.param_shapes, episode.length, context.defense.name)
+        observed = ObservedEpisode(key=f"episode-{index:04d}", t=np.arange(episode.length), gradients=released)
+        start = time.perf_counter()
+        raw = context.attack.reconstruct(observed, context.info)
+        row.attack_ms = (time.perf_counter() - start) * 1e3
+        recon = check_reconstruction(raw, context.attack, episode)
+        row.metrics, row.failed_frames = score(context.metrics, recon, episode)
+    except GradleakError as exc:
+        row.status, row.error, recon = "failed", str(exc), None
+    except Exception as exc:  # a crashing plug-in fails its episode, not the run
+        row.status, recon = "failed", None
+        row.error = f"{type(exc).__name__}: {exc} | {traceback.format_exc(limit=3).splitlines()[-3].strip()}"
+    return row, recon
+
+
+def reported(context: Context, episode: Episode, rng: np.random.Generator) -> Episode:
+    """The episode as the client differentiates it: its executed actions, or the actions a defense's
+    ``report_actions`` hook reports instead (action obfuscation). The truth scored stays ``episode``."""
+    if not hasattr(context.defense, "report_actions"):
+        return episode
+    actions = context.defense.report_actions(np.asarray(episode.steps["action"]), context.info.n_actions, rng)
+    return dataclasses.replace(episode, steps={**episode.steps, "action": np.asarray(actions, dtype=np.int64)})
+
+
+def defense_guarantees(defense: Any, info: VictimInfo) -> dict[str, float]:
+    """The formal guarantees a defense states for one released step, recorded in results.json: DP epsilon
+    (Opacus's accountant, ``dp_sgd``) and the action's local-DP epsilon (``action_obfuscation``)."""
+    out = {}
+    if hasattr(defense, "epsilon"):
+        out["defense_epsilon"] = float(defense.epsilon())
+        out["defense_delta"] = float(getattr(defense, "delta", math.nan))
+    if hasattr(defense, "action_epsilon"):
+        out["defense_action_epsilon"] = float(defense.action_epsilon(info.n_actions))
+    return out
+
+
+def make_gradients(config: EvaluateConfig, victim: LoadedVictim) -> Any:
+    """The run's gradient source: recomputed exactly from the victim (default), or read from the
+    materialised gradient file ``config.gradients`` (gradients that come from outside the benchmark)."""
+    if config.gradients:
+        from gradleak_bench.gradient_store import GradientFile
+
+        return GradientFile(config.gradients, victim=victim)
+    return EpisodeGradients(victim.policy, victim.spec.loss, env_spaces(victim.spec.task, victim.spec.image_size)[0])
+
+
+def _run_units(config: EvaluateConfig, context: Context, ds_config: datasets.DatasetConfig,
+               dataset: datasets.EpisodeDataset, episode_ids: list[str], seeds: list[int], victim: LoadedVictim,
+               out: Path, executor: Any, resume: bool, progress: bool) -> tuple[RunStore, float]:
+    """Fit (unless every unit is already done), then compute the unfinished episode units on the executor,
+    recording each finished episode in the run folder's resumable store as soon as it arrives."""
+    from gradleak_bench.executors import get_executor
+    from gradleak_bench.run_store import file_sha256, fingerprint
+
+    key_fields = {k: v for k, v in asdict(config).items()
+                  if k not in ("out", "wandb", "control", "executor", "ray_address", "shard_size")}
+    key_fields.update(attack_file=file_sha256(config.attack), defense_file=file_sha256(config.defense),
+                      gradients_sha256=getattr(context.gradients, "sha256", None),
+                      dataset_sha256=dataset.sha256, episode_ids=episode_ids, version=_versions())
+    key = fingerprint(key_fields)
+    store = RunStore(out, key, {"config": asdict(config), "episode_ids": episode_ids}, resume=resume)
+    if store.discarded:
+        warnings.warn(f"{out}: not resuming the earlier run there ({store.discarded}); starting fresh", stacklevel=3)
+    needs_recon = config.control or config.wandb != "disabled"
+    todo = [i for i, e in enumerate(episode_ids) if not store.finished(e, needs_recon)]
+    _write_jsonl(out, [EpisodeRow(**r) for r in store.rows().values()])  # the log's rows, torn ones dropped
+    fit_seconds = store.get("fit_seconds", 0.0)
+    if not todo and (store.get("fit_seconds") is not None or not hasattr(context.attack, "fit")):
+        return store, fit_seconds
+    own = executor is None
+    executor = executor or get_executor(config.executor, config.ray_address)
+    try:
+        if hasattr(context.attack, "fit"):
+            start = time.perf_counter()
+            try:
+                context.attack.fit(context.info, AuxiliaryData(victim, context.gradients, executor))
+            except GradleakError:
+                raise
+            except Exception as exc:  # nothing is scored yet, so the run stops here with the reason
+                raise GradleakError(f"attack {context.attack.name!r} failed in fit(): {type(exc).__name__}: {exc}") from exc
+            fit_seconds = time.perf_counter() - start
+            store.put("fit_seconds", fit_seconds)
+        _compute_units(config, context, ds_config, dataset, episode_ids, seeds, todo, key, store, executor,
+                       needs_recon, progress, out)
+    finally:
+        if own:
+            executor.shutdown()
+    return store, fit_seconds
+
+
+def _compute_units(config: EvaluateConfig, context: Context, ds_config: datasets.DatasetConfig,
+                   dataset: datasets.EpisodeDataset, episode_ids: list[str], seeds: list[int], todo: list[int],
+                   key: str, store: RunStore, executor: Any, needs_recon: bool, progress: bool, out: Path) -> None:
+    from tqdm.auto import tqdm
+
+    if not todo:
+        return
+    units = plan_units([(i, episode_ids[i], seeds[i]) for i in todo], config.shard_size)
+    worker = EpisodeWorker(config, ds_config, dataset.sha256, key, context)
+    bar = tqdm(total=len(episode_ids), initial=len(episode_ids) - len(todo), disable=not progress,
+               desc=f"{context.attack.name} x {context.defense.name}")
+    try:
+        with (out / "episodes.jsonl").open("a") as jsonl:
+            for _, results in executor.map_unordered(worker, units):
+                for row, recon in results:
+                    store.record(row, recon if needs_recon else None)
+                    jsonl.write(json.dumps(EpisodeRow(**row).flat(), default=float) + "\n")
+                    jsonl.flush()
+                    bar.update(1)
+    finally:
+        bar.close()
+
+
+def _write_jsonl(out: Path, rows: list[EpisodeRow]) -> None:
+    atomic_write_bytes(out / "episodes.jsonl", "".join(json.dumps(r.flat(), default=float) + "\n" for r in rows).encode())
+
+
+def _score_controls(rows: list[EpisodeRow], store: RunStore, dataset: datasets.EpisodeDataset,
                     metrics: list[MetricSpec]) -> None:
     """Score each episode against the reconstruction of the next episode (in order) that is at least as long:
-    the attack's output when the gradient carries no information about this episode."""
-    ok = [r.episode_id for r in rows if r.episode_id in recons]
-    by_id = {r.episode_id: r for r in rows}
-    for i, episode_id in enumerate(ok):
-        truth = truths[episode_id]
+    the attack's output when the gradient carries no information about this episode. Streams: one truth and
+    one partner reconstruction (read back from the run folder) in memory at a time."""
+    ok = [r for r in rows if r.status == "ok"]
+    for i, row in enumerate(ok):
         for j in range(1, len(ok)):
             partner = ok[(i + j) % len(ok)]
-            if truths[partner].length >= truth.length and truths[partner].layout_id != truth.layout_id:
-                by_id[episode_id].control, _ = score(metrics, _truncate(recons[partner], truth.length), truth)
+            if partner.length >= row.length and partner.layout_id != row.layout_id:
+                recon = Reconstruction(fields=store.reconstruction(partner.episode_id))
+                row.control, _ = score(metrics, _truncate(recon, row.length), dataset.episode(row.episode_id))
                 break
 
 

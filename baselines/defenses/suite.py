@@ -279,6 +279,10 @@ class WithholdLayers:
                 f"layers {unknown} match no parameter of this victim; valid names: {', '.join(names)}")
         return [n for n in names if any(self._matches(p, n) for p in self.layers)]
 
+    def check(self, victim: Any) -> None:
+        """Called by the runner with the victim's public info before any work: unknown names stop the run."""
+        self.released_names(list(victim.gradient_shapes))
+
     def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream:
         keep = set(self.released_names(list(gradients.tensors)))
         return GradientStream({name: g if name in keep else torch.zeros_like(g)

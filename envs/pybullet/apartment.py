@@ -708,3 +708,47 @@ def _connected(occupied: np.ndarray, shell: _Shell) -> bool:
     j0, j1 = int(ix0 / CELL), int(ix1 / CELL)
     # A room must keep a sizeable free area, not just a corridor to its door.
     return int(free[i0:i1, j0:j1].sum()) >= 0.3 * (i1 - i0) * (j1 - j0)
+
+
+# ---------------------------------------------------------------- landmarks (read-only views for scoring)
+
+
+def doorway_centres(apartment: Apartment) -> np.ndarray:
+    """Centres (N, 2) of the doorways on the floor, in ``apartment.doors`` order.
+
+    Example:
+        >>> doorway_centres(generate_apartment(0)).shape[1]
+        2
+    """
+    pts = [(d.coord, d.along) if d.axis == "x" else (d.along, d.coord) for d in apartment.doors]
+    return np.asarray(pts, dtype=np.float64).reshape(-1, 2)
+
+
+def furniture_footprints(apartment: Apartment, touch: float = 0.02) -> np.ndarray:
+    """Floor footprints (M, 4) as (x0, y0, x1, y1) of the furniture pieces, one per piece: the boxes of a
+    room's furniture whose footprints overlap or touch (within ``touch`` metres) are merged, so a bed with
+    its mattress and pillows is one piece. Walls and decor props are not furniture.
+    """
+    out = []
+    for room in apartment.rooms:
+        rects = [(b.center[0] - b.half[0], b.center[1] - b.half[1], b.center[0] + b.half[0],
+                  b.center[1] + b.half[1]) for b in room.furniture]
+        groups = [[r] for r in rects]
+        merged = True
+        while merged:
+            merged = False
+            for i in range(len(groups)):
+                for j in range(i + 1, len(groups)):
+                    a, b = _footprint_of(groups[i]), _footprint_of(groups[j])
+                    if a[0] <= b[2] + touch and b[0] <= a[2] + touch and a[1] <= b[3] + touch and b[1] <= a[3] + touch:
+                        groups[i] += groups.pop(j)
+                        merged = True
+                        break
+                if merged:
+                    break
+        out.extend(_footprint_of(g) for g in groups)
+    return np.asarray(out, dtype=np.float64).reshape(-1, 4)
+
+
+def _footprint_of(rects) -> tuple[float, float, float, float]:
+    return (min(r[0] for r in rects), min(r[1] for r in rects), max(r[2] for r in rects), max(r[3] for r in rects))

@@ -16,6 +16,7 @@ import pybullet as p
 from gymnasium import spaces
 
 from gradleak_bench import splits
+from gradleak_bench.envs.common import goal_vector, target_view
 from gradleak_bench.errors import InvalidLayoutError
 from gradleak_bench.envs.pybullet import quiet_stdout
 from gradleak_bench.envs.pybullet.apartment import TARGET_TYPES, Apartment, generate_apartment
@@ -243,10 +244,7 @@ class PointNavEnv(HouseholdEnv):
         self._last_distance = float(self._goal_vector()[0])
 
     def _goal_vector(self) -> np.ndarray:
-        r = self.robot
-        dx, dy = float(self.goal_position[0]) - r.x, float(self.goal_position[1]) - r.y
-        bearing = (math.atan2(dy, dx) - r.yaw + math.pi) % (2 * math.pi) - math.pi
-        return np.array([math.hypot(dx, dy), bearing], dtype=np.float32)
+        return goal_vector(self.robot.x, self.robot.y, self.robot.yaw, self.goal_position)
 
     def _success(self) -> bool:
         return bool(self._goal_vector()[0] <= self.SUCCESS_DISTANCE)
@@ -319,16 +317,7 @@ class ActivePerceptionEnv(HouseholdEnv):
 
     def _target_view(self) -> tuple[np.ndarray, float]:
         """(bbox in [-1, 1], visibility score in [0, 1]) of the target in the current frame."""
-        mask = self._frame.seg == self._target
-        if not mask.any():
-            return np.zeros(4, dtype=np.float32), 0.0
-        n = self.image_size
-        rows, cols = np.nonzero(mask)
-        bbox = np.array([cols.min(), rows.min(), cols.max() + 1, rows.max() + 1], dtype=np.float32) * (2.0 / n) - 1.0
-        size = min(1.0, math.sqrt(mask.mean() / self.GOOD_VIEW_FRACTION))
-        centre = np.array([cols.mean() + 0.5, rows.mean() + 0.5]) * (2.0 / n) - 1.0
-        centred = max(0.0, 1.0 - float(np.linalg.norm(centre)) / math.sqrt(2.0))
-        return bbox, size * centred
+        return target_view(self._frame.seg == self._target)
 
     def _reward(self) -> tuple[float, bool]:
         return self._target_view()[1] - STEP_PENALTY, False

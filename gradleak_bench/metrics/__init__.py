@@ -4,7 +4,7 @@ Importing this package registers every built-in metric (images, discrete actions
 look them up with :func:`get_metric` or :func:`metrics_for_fields`, and summarise per-episode values with
 :func:`bootstrap_ci` / :func:`summarize`.
 """
-from gradleak_bench.metrics import discrete, images, vectors  # noqa: F401  (registration side effect)
+from gradleak_bench.metrics import discrete, images, trajectory, vectors  # noqa: F401  (registration side effect)
 from gradleak_bench.metrics.discrete import action_accuracy, action_hist_tv
 from gradleak_bench.metrics.images import (
     DEPTH_RANGE_M,
@@ -23,6 +23,7 @@ from gradleak_bench.metrics.registry import (
     get_metric,
     metrics_for_fields,
     register_metric,
+    select_metrics,
 )
 from gradleak_bench.metrics.summary import MetricSummary, bootstrap_ci, summarize
 from gradleak_bench.metrics.vectors import (
@@ -38,7 +39,7 @@ from gradleak_bench.metrics.vectors import (
 __all__ = [
     "DEPTH_RANGE_M", "MAX_PSNR_DB", "REL_ERROR_FLOOR",
     "MetricFn", "MetricSpec", "MetricSummary",
-    "register_metric", "get_metric", "all_metrics", "metrics_for_fields",
+    "register_metric", "get_metric", "all_metrics", "metrics_for_fields", "select_metrics",
     "bootstrap_ci", "summarize",
     "rgb_psnr", "rgb_ssim", "rgb_psnr_y", "rgb_ssim_y", "depth_psnr", "depth_ssim",
     "action_accuracy", "action_hist_tv",

@@ -30,6 +30,8 @@ class MetricSpec:
         unit: Display unit, e.g. ``"dB"``, ``"%"``, ``"m"``, ``""``.
         description: One line saying exactly what is computed, ranges and caps included.
         per_step: Whether ``fn`` returns one value per step (True) or one per episode (False).
+        needs_episode: Whether ``fn`` also needs the truth :class:`~gradleak_bench.records.Episode` (e.g. its
+            layout, for trajectory key points): the runner then calls ``fn(recon, truth, episode=episode)``.
     """
 
     name: str
@@ -39,6 +41,7 @@ class MetricSpec:
     unit: str
     description: str
     per_step: bool
+    needs_episode: bool = False
 
 
 _REGISTRY: dict[str, MetricSpec] = {}
@@ -100,6 +103,47 @@ def metrics_for_fields(fields: Iterable[str]) -> list[MetricSpec]:
     """
     wanted = set(fields)
     return [spec for spec in _REGISTRY.values() if spec.field in wanted]
+
+
+def select_metrics(requested: Iterable[str] | None, fields: Iterable[str],
+                   attack: str = "the attack") -> tuple[list[MetricSpec], list[str]]:
+    """The metrics to score for an attack reconstructing ``fields``, and notes on what was skipped.
+
+    ``requested`` lists metric names or field names (a field name selects every metric of that field);
+    None selects every metric of ``fields``. A requested metric whose field the attack does not reconstruct
+    is skipped with a note, not an error: asking trajectory metrics of an action-only attack is a question
+    with no answer, not a bad input.
+
+    Raises:
+        UnknownNameError: For a name that is neither a metric nor a field any metric scores.
+
+    Example:
+        >>> import gradleak_bench.metrics
+        >>> specs, notes = select_metrics(["action_accuracy", "ate"], ["action"], "closed_form")
+        >>> [m.name for m in specs], len(notes)
+        (['action_accuracy'], 1)
+    """
+    fields = tuple(fields)
+    if requested is None:
+        return metrics_for_fields(fields), []
+    wanted: list[MetricSpec] = []
+    by_field = {spec.field for spec in _REGISTRY.values()}
+    for name in requested:
+        if name in _REGISTRY:
+            specs = [_REGISTRY[name]]
+        elif name in by_field:
+            specs = [s for s in _REGISTRY.values() if s.field == name]
+        else:
+            raise UnknownNameError("metric (or field)", name, list(_REGISTRY) + sorted(by_field))
+        wanted.extend(s for s in specs if s not in wanted)
+    chosen = [s for s in wanted if s.field in fields]
+    skipped: dict[str, list[str]] = {}
+    for spec in wanted:
+        if spec.field not in fields:
+            skipped.setdefault(spec.field, []).append(spec.name)
+    notes = [f"skipped {', '.join(names)}: {attack} does not reconstruct the field {field!r} "
+             f"(it reconstructs {', '.join(fields) or 'nothing'})" for field, names in skipped.items()]
+    return chosen, notes
 
 
 # Helpers shared by the metric modules (kept here so every metric applies the same rules).

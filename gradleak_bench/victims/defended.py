@@ -35,7 +35,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.utils import obs_as_tensor
 
 from gradleak_bench import plugins
-from gradleak_bench.errors import GradleakError
+from gradleak_bench.errors import GradleakError, InvalidGradientError
 from gradleak_bench.paths import atomic_write_bytes, cache_dir
 from gradleak_bench.records import GradientStream, LossSpec
 from gradleak_bench.stream.live import loss_spec_of
@@ -139,17 +139,22 @@ class DefendedUpdates:
         if samples is None:
             raise GradleakError("an optimiser step without a minibatch drawn from the buffer: this SB3 algorithm's "
                                 "train() is not supported by defended training")
-        from gradleak_bench.runner import check_released
-
         spec = self._loss_spec()
         engine = self._engine(spec)
         inputs = self._loss_inputs(samples, spec.algo)
         released = self.defense.release(GradientStream(engine(inputs)), self._child_rng())
-        check_released(released, engine.param_shapes, inputs.batch_size, self.defense.name)
         params = dict(self.model.policy.named_parameters())
         diff, ref = 0.0, 0.0
-        for name in engine.param_names:
-            update = released.tensors[name].mean(dim=0).to(params[name].dtype)
+        for name, shape in engine.param_shapes.items():
+            # The runner's release contract (every name, shape (B, ...)); finiteness is checked on the update.
+            g = released.tensors.get(name)
+            if g is None or tuple(g.shape) != (inputs.batch_size, *shape):
+                raise InvalidGradientError(
+                    f"defense {self.defense.name!r} released {name} as "
+                    f"{None if g is None else tuple(g.shape)}, expected {(inputs.batch_size, *shape)}")
+            update = g.mean(dim=0).to(params[name].dtype)
+            if not torch.isfinite(update).all():
+                raise InvalidGradientError(f"defense {self.defense.name!r} released a non-finite gradient for {name}")
             if self.verify and params[name].grad is not None:
                 diff += float((update - params[name].grad).double().norm() ** 2)
                 ref += float(params[name].grad.double().norm() ** 2)

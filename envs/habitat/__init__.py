@@ -1,0 +1,2 @@
+"""The Habitat backend: ``habitat_sim.Simulator`` on scenes given by path (habitat-sim is installed with
+conda; there is no PyPI wheel)."""

@@ -1,0 +1,145 @@
+"""Executors: local never imports Ray; Ray (a local 2-CPU cluster shared by the module) gives the same
+datasets and metrics, retries a killed worker, and fails with one clear message on bad input."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gradleak_bench import dataset as datasets
+from gradleak_bench.errors import ExecutorError, GradleakError, MissingDependencyError, UnknownNameError
+from gradleak_bench.executors import get_executor
+from gradleak_bench.runner import EvaluateConfig, evaluate
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import a test module
+    yield ray
+    ray.shutdown()
+
+
+def _square(x: int) -> int:
+    time.sleep(0.05 * (x % 3))
+    return x * x
+
+
+def _fails(x: int) -> int:
+    if x == 2:
+        raise GradleakError("unit two is bad")
+    return x
+
+
+class _DieOnce:
+    """Kills its own worker process (SIGKILL) the first time it runs unit 1; the retry finds the marker."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __call__(self, x: int) -> int:
+        if x == 1 and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return x * 10
+
+
+def test_local_executor_is_lazy_and_ordered():
+    ex = get_executor("local")
+    calls = []
+    it = ex.map(lambda x: calls.append(x) or x + 1, [1, 2, 3])
+    assert calls == []  # nothing runs before the caller asks
+    assert next(it) == 2 and calls == [1]
+    assert list(it) == [3, 4]
+    assert list(ex.map_unordered(abs, [-1, -2])) == [(0, 1), (1, 2)]
+
+
+def test_local_runs_never_import_ray(tmp_path):
+    code = (
+        "import sys\n"
+        "from gradleak_bench.runner import EvaluateConfig, evaluate\n"
+        f"evaluate(EvaluateConfig(attack='closed_form', victim='ppo_compact', episodes=2, out={str(tmp_path)!r},"
+        " wandb='disabled'), progress=False)\n"
+        "assert 'ray' not in sys.modules, 'the local executor imported ray'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ), timeout=300)
+
+
+def test_unknown_executor_and_stray_address():
+    with pytest.raises(UnknownNameError, match="Did you mean 'ray'"):
+        get_executor("rey")
+    with pytest.raises(ExecutorError, match="--executor ray"):
+        get_executor("local", address="10.0.0.1:6379")
+
+
+def test_missing_ray_extra_is_one_clear_message(tmp_path):
+    fake = tmp_path / "fake"
+    (fake / "ray").mkdir(parents=True)
+    (fake / "ray" / "__init__.py").write_text("raise ImportError('No module named ray')\n")
+    env = dict(os.environ, PYTHONPATH=str(fake), COLUMNS="200")
+    result = subprocess.run([sys.executable, "-m", "gradleak_bench.cli", "evaluate", "closed_form", "--victim",
+                             "ppo_compact", "--episodes", "1", "--executor", "ray", "--wandb", "disabled",
+                             "--out", str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 2
+    assert "pip install 'gradleak-bench[ray]'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unreachable_ray_address_fails_fast():
+    pytest.importorskip("ray")
+    start = time.perf_counter()
+    with pytest.raises(ExecutorError, match="cannot reach the Ray cluster at '127.0.0.1:9'"):
+        get_executor("ray", address="127.0.0.1:9")
+    assert time.perf_counter() - start < 15
+    with pytest.raises(ExecutorError, match="not HOST:PORT"):
+        get_executor("ray", address="nonsense")
+
+
+def test_ray_map_gives_the_local_results(ray_cluster):
+    ex = get_executor("ray")
+    assert ex.workers == 2
+    units = list(range(10))
+    assert list(ex.map(_square, units)) == [x * x for x in units]
+    assert sorted(ex.map_unordered(_square, units)) == [(x, x * x) for x in units]
+    with pytest.raises(GradleakError, match="unit two is bad"):
+        list(ex.map(_fails, units))
+    ex.shutdown()  # joined, not started, by this executor: the module's cluster stays up
+    assert ray_cluster.is_initialized()
+
+
+def test_a_killed_ray_worker_is_retried(ray_cluster, tmp_path):
+    ex = get_executor("ray", max_retries=2)
+    assert list(ex.map(_DieOnce(str(tmp_path / "died")), [0, 1, 2])) == [0, 10, 20]
+    assert (tmp_path / "died").exists()  # the first attempt really was killed
+    with pytest.raises(ExecutorError, match="died"):
+        list(get_executor("ray", max_retries=0).map(_DieOnce(str(tmp_path / "died-again")), [1]))
+
+
+def test_ray_generation_has_the_same_sha256(ray_cluster, tmp_path):
+    """The official checksum the split manifest records (made by the local executor), from Ray workers."""
+    from gradleak_bench import splits
+
+    config = datasets.standard_config("PointNav", "ppo_compact", "init", "test")
+    ray_ds = datasets.load_or_generate(config, tmp_path / "ray.h5", progress=False, executor=get_executor("ray"))
+    assert ray_ds.sha256 == splits.official_checksum(config.key)
+    assert datasets.check_official(ray_ds) is True
+
+
+def test_ray_evaluate_gives_the_same_rows_and_metrics(ray_cluster, tmp_path):
+    def run(executor, shard_size=1, out="local"):
+        return evaluate(EvaluateConfig(attack="closed_form", victim="ppo_compact", episodes=6, defense="gaussian_noise",
+                                       defense_params={"sigma": 0.01}, out=str(tmp_path / out), wandb="disabled",
+                                       executor=executor, shard_size=shard_size), progress=False)
+
+    def strip(result):
+        return [{k: v for k, v in r.flat().items() if k != "attack_ms"} for r in result.rows]
+
+    local, remote = run("local"), run("ray", shard_size=2, out="ray")
+    assert strip(local) == strip(remote)
+    assert local.summary["metrics"] == remote.summary["metrics"]
+    assert local.summary["dataset_sha256"] == remote.summary["dataset_sha256"]

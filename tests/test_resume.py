@@ -1,0 +1,164 @@
+"""Resumable runs: a run SIGKILLed mid-episode restarts with the same command and finishes with identical
+results, redoing no finished unit and losing or duplicating no row; torn and half-written files are never
+read as complete; materialised gradient files round-trip and can be scored."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from gradleak_bench.errors import CorruptFileError, InvalidGradientError
+from gradleak_bench.run_store import STATE_DIR, AppendLog, RunStore, read_log
+from gradleak_bench.runner import EvaluateConfig, evaluate
+
+SLOW_ATTACK = textwrap.dedent("""
+    import os, time
+    from gradleak_bench.baselines.attacks.closed_form import ClosedFormAction
+
+    class SlowClosedForm(ClosedFormAction):
+        name = "slow_closed_form"
+
+        def reconstruct(self, episode, victim):
+            with open(os.environ["CALLS_LOG"], "a") as f:
+                f.write(episode.key + "\\n")
+            time.sleep(float(os.environ.get("SLOW_S", "0")))
+            return super().reconstruct(episode, victim)
+""")
+
+
+def _cli(args, env, **kw):
+    return subprocess.Popen([sys.executable, "-m", "gradleak_bench.cli", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _comparable(out):
+    summary = json.loads((out / "results.json").read_text())
+    for key in ("ms_per_frame", "fit_seconds"):
+        summary.pop(key)
+    rows = [{k: v for k, v in json.loads(line).items() if k != "attack_ms"}
+            for line in (out / "episodes.jsonl").read_text().splitlines()]
+    csv = [line.split(",") for line in (out / "episodes.csv").read_text().splitlines()]
+    drop = csv[0].index("attack_ms")
+    return summary, rows, [[c for i, c in enumerate(line) if i != drop] for line in csv]
+
+
+def test_a_sigkilled_run_resumes_to_identical_results(tmp_path):
+    plugin = tmp_path / "slow.py"
+    plugin.write_text(SLOW_ATTACK)
+    n = 8
+    args = ["evaluate", f"{plugin}:SlowClosedForm", "--victim", "ppo_compact", "--episodes", str(n), "--wandb",
+            "disabled", "--defense", "gaussian_noise", "-D", "sigma=0.001"]
+    env = dict(os.environ, CALLS_LOG=str(tmp_path / "calls.log"), SLOW_S="0.4")
+    out = tmp_path / "run"
+    proc = _cli([*args, "--out", str(out)], env)
+    rows_log = out / STATE_DIR / "rows.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and (not rows_log.exists() or rows_log.read_text().count("\n") < 3):
+        time.sleep(0.05)
+    time.sleep(0.2)  # inside the next episode's (slow) reconstruct
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_before = len(read_log(rows_log)[0])
+    assert 3 <= done_before < n, "the run must be killed part-way"
+    assert not (out / "results.json").exists()
+    calls_before = (tmp_path / "calls.log").read_text().splitlines()
+
+    resumed = _cli([*args, "--out", str(out)], dict(env, SLOW_S="0"))
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    after = calls[len(calls_before):]
+    # finished episodes were not redone; the one killed mid-reconstruct (and the rest) were done once more
+    assert sorted(set(after)) == sorted(f"episode-{i:04d}" for i in range(done_before, n))
+    assert len(after) == n - done_before
+
+    reference = _cli([*args, "--out", str(tmp_path / "reference")], dict(env, SLOW_S="0"))
+    assert reference.wait(timeout=300) == 0
+    a, b = _comparable(out), _comparable(tmp_path / "reference")
+    assert a == b
+    assert len(a[1]) == n and [r["episode_id"] for r in a[1]] == [r["episode_id"] for r in b[1]]
+
+
+def test_a_torn_log_line_is_ignored_and_redone(tmp_path):
+    base = dict(attack="closed_form", victim="ppo_compact", episodes=4, out=str(tmp_path / "run"), wandb="disabled")
+    full = evaluate(EvaluateConfig(**base), progress=False)
+    log = tmp_path / "run" / STATE_DIR / "rows.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(b"".join(lines[:2]) + lines[2][: len(lines[2]) // 2])  # killed mid-write of row 3
+    (tmp_path / "run" / "results.json").unlink()
+    assert len(read_log(log)[0]) == 2
+    with pytest.warns(UserWarning, match="torn last line"):
+        again = evaluate(EvaluateConfig(**base), progress=False)
+    assert [r.flat() | {"attack_ms": 0} for r in again.rows] == [r.flat() | {"attack_ms": 0} for r in full.rows]
+    assert len(read_log(log)[0]) == 4 and log.read_bytes().endswith(b"\n")
+    assert again.summary["metrics"] == full.summary["metrics"]
+
+
+def test_a_finished_run_is_not_recomputed_and_a_changed_one_starts_fresh(tmp_path):
+    base = dict(attack="closed_form", victim="ppo_compact", episodes=3, out=str(tmp_path / "run"), wandb="disabled")
+    first = evaluate(EvaluateConfig(**base), progress=False)
+    again = evaluate(EvaluateConfig(**base), progress=False)
+    assert [r.attack_ms for r in again.rows] == [r.attack_ms for r in first.rows]  # read back, not re-run
+    with pytest.warns(UserWarning, match="starting fresh"):
+        other = evaluate(EvaluateConfig(**dict(base, defense="topk", defense_params={"keep": 0.5})), progress=False)
+    assert other.summary["defense"] == "topk"
+    assert len((tmp_path / "run" / "episodes.csv").read_text().splitlines()) == 4
+
+
+def test_append_log_survives_garbage_and_run_state_is_atomic(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"episode_id": "a"}\n{"episode_id": "b"}\n{"episo')
+    with pytest.warns(UserWarning):
+        log = AppendLog(path)
+    assert [r["episode_id"] for r in log.records] == ["a", "b"]
+    log.append({"episode_id": "c"})
+    log.close()
+    assert [r["episode_id"] for r in read_log(path)[0]] == ["a", "b", "c"]
+    store = RunStore(tmp_path / "run", "k1", {})
+    store.record({"episode_id": "x", "status": "ok"}, {"action": np.arange(3)})
+    store.record({"episode_id": "x", "status": "ok"}, {"action": np.arange(3)})  # a retried unit: no duplicate
+    store.close()
+    assert len(read_log(tmp_path / "run" / STATE_DIR / "rows.jsonl")[0]) == 1
+    assert not list((tmp_path / "run" / STATE_DIR).rglob(".*tmp-*"))  # nothing half-written left behind
+    again = RunStore(tmp_path / "run", "k1", {})
+    assert again.resumed and again.finished("x", needs_recon=True)
+    assert RunStore(tmp_path / "run", "k2", {}).discarded
+
+
+def test_gradient_file_roundtrip_streaming_and_scoring(tmp_path):
+    from gradleak_bench.gradient_store import GradientFile, GradientWriter, export_gradients
+
+    path, sha = export_gradients(tmp_path / "g.h5", "PointNav", "ppo_compact", split="test",
+                                 progress=False)
+    grads = GradientFile(path)
+    assert len(sha) == 64 and grads.meta["dtype"] == "float16"
+    with h5py.File(path) as f:
+        first = f["episodes"][grads.episode_ids[0]]
+        assert first.dtype == np.float16 and first.chunks[0] == 1 and first.compression == "gzip"
+    batches = list(grads.batches(batch_size=5, seed=0, shuffle_buffer=16))
+    total = sum(len(k) for k, _ in batches)
+    assert total == sum(grads.flat(e).shape[0] for e in grads.episode_ids)
+    assert len({k for keys, _ in batches for k in keys}) == total  # every step once
+    # scoring external gradients: the closed-form attack still reads every action from float16 gradients
+    result = evaluate(EvaluateConfig(attack="closed_form", victim="ppo_compact", episodes=4, wandb="disabled",
+                                     out=str(tmp_path / "run"), gradients=str(path)), progress=False)
+    assert result.n_failed == 0
+    assert result.summary["metrics"]["action_accuracy"]["mean"] == 1.0
+
+    # a half-written file (writer killed before close) is never read as complete
+    writer = GradientWriter(tmp_path / "half.h5", dict(grads.meta))
+    writer.add("L000-E00", np.zeros((2, sum(int(np.prod(s)) for s in grads.shapes))))
+    writer.file.flush()
+    os.replace(writer.tmp, tmp_path / "half.h5")  # as if someone renamed the temp file by hand
+    with pytest.raises(CorruptFileError, match="incomplete gradient file"):
+        GradientFile(tmp_path / "half.h5")
+    writer.file.close()
+    with pytest.raises(InvalidGradientError, match="expected"):
+        GradientWriter(tmp_path / "bad.h5", dict(grads.meta)).add("x", np.zeros((2, 3)))
