@@ -48,10 +48,12 @@ class DefenseSetting:
 
     @classmethod
     def parse(cls, text: str) -> DefenseSetting:
-        """``"topk:keep=0.1,other=2"`` or ``"none"`` (values parsed as JSON where they are JSON)."""
-        name, _, rest = text.partition(":")
-        pairs = [p for p in rest.split(",") if p] if rest else []
-        return cls(name.strip(), plugins.parse_params(pairs))
+        """``"topk:keep=0.1,other=2"``, ``"none"`` or ``"my_defense.py:MyDefense:sigma=0.1"``: parameters follow
+        the last colon when it holds ``=`` (values parsed as JSON where they are JSON)."""
+        name, sep, rest = text.rpartition(":")
+        if not sep or "=" not in rest:
+            return cls(text.strip())
+        return cls(name.strip(), plugins.parse_params([p for p in rest.split(",") if p]))
 
 
 # Issue 7's settings: noise and DP at three strengths, top-k keep 0.9/0.5/0.1, quantisation 8/4/2/1 bit, the
@@ -306,7 +308,7 @@ def markdown_table(frame: Any) -> str:
         util = "val_return" in part and part["val_return"].notna().any()
         lines += [f"## {task} / {victim}", ""]
         header = ["setting"] + [f"{a} ({heads[a]})" if heads[a] else a for a in attacks]
-        header += ["val return (defended)", "val success", "DP eps/step"] if util else []
+        header += ["val return (defended)", "val success", "DP eps/step in training"] if util else []
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for s in settings:
             cells = []
@@ -361,6 +363,10 @@ def plot_privacy_utility(part: Any, path: Path, title: str) -> None:
             if front:
                 ax.plot([x[i] for i in front], [y[i] for i in front], "r-", lw=1.2, label="Pareto frontier")
                 ax.scatter([x[i] for i in front], [y[i] for i in front], s=80, facecolors="none", edgecolors="r")
+                ax.legend(fontsize=7)
+            base = part["undefended_val_return"].dropna()
+            if len(base):
+                ax.axvline(float(base.iloc[0]), color="green", lw=0.8, ls=":", label="undefended, same budget")
                 ax.legend(fontsize=7)
             ax.set_xlabel("utility: defended victim's val return (higher is better)")
         else:
