@@ -125,3 +125,9 @@ def test_train_defense_rejects_bad_parameters_before_training():
         train_defense("dp_sgd", {"sigma": -1.0}, task="PointNav", victim="ppo_compact", budget=64, progress=False)
     with pytest.raises(GradleakError, match="budget"):
         train_defense("none", {}, task="PointNav", victim="ppo_compact", budget=0, progress=False)
+
+
+def test_unknown_layer_names_are_rejected_before_training():
+    with pytest.raises(GradleakError, match="match no parameter"):
+        train_defense("withhold_layers", {"layers": "no_such_layer"}, task="PointNav", victim="ppo_compact",
+                      budget=64, progress=False)

@@ -243,3 +243,14 @@ def test_quantize_8_bit_through_the_runner(tmp_path):
     assert result.n_failed == 0
     summary = json.loads((tmp_path / "results.json").read_text())
     assert summary["metrics"]["action_accuracy"]["mean"] >= 0.95
+
+
+def test_unknown_layer_names_stop_a_run_before_any_episode(tmp_path):
+    from gradleak_bench.errors import GradleakError
+    from gradleak_bench.runner import EvaluateConfig, evaluate
+
+    with pytest.raises(GradleakError, match="match no parameter"):
+        evaluate(EvaluateConfig(attack="closed_form", victim="ppo_compact", defense="withhold_layers",
+                                defense_params={"layers": "no_such_layer"}, episodes=2, out=str(tmp_path),
+                                wandb="disabled"), progress=False)
+    assert not (tmp_path / "results.json").exists()

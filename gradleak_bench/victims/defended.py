@@ -286,6 +286,8 @@ def train_defense(defense: str, params: dict[str, Any] | None = None, task: str 
     params = dict(params or {})
     defense_obj = plugins.load("defense", defense, params)
     spec = with_budget(get_victim(task, victim), budget, seed)
+    if hasattr(defense_obj, "check"):  # victim-dependent parameters (layer names), before any training
+        defense_obj.check(_public_info(spec))
     identity = defense_identity(defense, params, defense_obj)
     key = _hash({"victim": spec.config_hash(), "defense": identity})
     directory = cache_dir() / "defended" / f"{spec.task}-{spec.name}-{defense_obj.name}-{key}"
@@ -319,6 +321,16 @@ def train_defense(defense: str, params: dict[str, Any] | None = None, task: str 
         Path(out).mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(Path(out) / "train_defense.json", json.dumps(report, indent=1, default=float).encode())
     return report
+
+
+def _public_info(spec: VictimSpec) -> Any:
+    from gradleak_bench.runner import victim_info
+    from gradleak_bench.stream.replay import EpisodeGradients
+    from gradleak_bench.victims.checkpoint import load_victim
+    from gradleak_bench.victims.policies import env_spaces
+
+    loaded = load_victim(spec.task, spec.name, "init")
+    return victim_info(loaded, EpisodeGradients(loaded.policy, spec.loss, env_spaces(spec.task, spec.image_size)[0]))
 
 
 def _check_weights(policy: Any, name: str) -> None:
