@@ -103,21 +103,25 @@ def generate(
     with get_executor(executor, ray_address) as ex:
         ds = datasets.load_or_generate(config, path=out / f"{config.key}.h5" if out else None, executor=ex)
     official = datasets.check_official(ds)
-    eps = list(ds)
-    lengths = np.array([e.length for e in eps])
-    actions = np.concatenate([e.steps["action"] for e in eps])
-    rewards = np.array([e.steps["reward"].sum() for e in eps])
+    lengths, actions, rewards, layouts, fields = [], [], [], set(), []
+    for e in ds:  # streamed: one episode in memory at a time, whatever the dataset's size
+        lengths.append(e.length)
+        actions.append(e.steps["action"])
+        rewards.append(float(e.steps["reward"].sum()))
+        layouts.add(e.layout_id)
+        fields = fields or sorted(e.steps)
+    lengths, actions, rewards = np.array(lengths), np.concatenate(actions), np.array(rewards)
     table = Table(title=f"dataset {config.key}")
     table.add_column("")
     table.add_column("value")
     table.add_row("file", str(ds.path))
     table.add_row("sha256", ds.sha256)
     table.add_row("manifest", {True: "matches the official checksum", None: "no official checksum recorded"}[official])
-    table.add_row("episodes x steps", f"{len(eps)} episodes, {lengths.sum()} steps (length {lengths.min()}-{lengths.max()})")
-    table.add_row("layouts", ", ".join(str(x) for x in sorted({e.layout_id for e in eps})))
+    table.add_row("episodes x steps", f"{len(lengths)} episodes, {lengths.sum()} steps (length {lengths.min()}-{lengths.max()})")
+    table.add_row("layouts", ", ".join(str(x) for x in sorted(layouts)))
     table.add_row("action histogram", str(np.bincount(actions).tolist()))
     table.add_row("episode return", f"mean {rewards.mean():.3f}, min {rewards.min():.3f}, max {rewards.max():.3f}")
-    table.add_row("truth fields", ", ".join(sorted(eps[0].steps)))
+    table.add_row("truth fields", ", ".join(fields))
     console.print(table)
     print(ds.sha256)
 
@@ -279,7 +283,7 @@ def train_defense_cmd(
 @app.command()
 def grid(
     attack: list[str] = typer.Option([], "--attack", "-a", help="an attack (repeatable; default: every registered attack)"),
-    setting: list[str] = typer.Option([], "--setting", "-s", help="a defense setting NAME[:KEY=VALUE,...] (repeatable; default: the standard 20 settings)"),
+    setting: list[str] = typer.Option([], "--setting", "-s", help="a defense setting NAME[:KEY=VALUE,...] (repeatable; default: the standard 21 settings)"),
     target: list[str] = typer.Option([], "--target", "-t", help="TASK/VICTIM (repeatable; default: PointNav/ppo and ActivePerception/dqn)"),
     checkpoint: str = typer.Option("init", help="victim checkpoint: init or trained"),
     split: str = typer.Option("test", help="test (held-out layouts), val or train"),

@@ -56,7 +56,7 @@ class DefenseSetting:
         return cls(name.strip(), plugins.parse_params([p for p in rest.split(",") if p]))
 
 
-# Issue 7's settings: noise and DP at three strengths, top-k keep 0.9/0.5/0.1, quantisation 8/4/2/1 bit, the
+# Issue 7's settings (TRACE's grid): noise and DP at three strengths, top-k keep 0.9/0.5/0.1, quantisation 8/4/2/1 bit, the
 # temporal and structural defenses, and our sequence-aware ones.
 STANDARD_SETTINGS: tuple[DefenseSetting, ...] = (
     DefenseSetting("none"),
@@ -64,9 +64,10 @@ STANDARD_SETTINGS: tuple[DefenseSetting, ...] = (
     DefenseSetting("gaussian_noise", {"sigma": 1e-2}),
     DefenseSetting("gaussian_noise", {"sigma": 1e-1}),
     DefenseSetting("clip_norm", {"C": 0.1}),
-    DefenseSetting("dp_sgd", {"C": 1.0, "sigma": 0.01}),
-    DefenseSetting("dp_sgd", {"C": 1.0, "sigma": 0.1}),
-    DefenseSetting("dp_sgd", {"C": 1.0, "sigma": 1.0}),
+    # TRACE's DP-SGD grid, C = 1 and epsilon 10 / 5 / 1 (per released step, delta 1e-5, Opacus RDP).
+    DefenseSetting("dp_sgd", {"C": 1.0, "sigma": 0.53}),
+    DefenseSetting("dp_sgd", {"C": 1.0, "sigma": 0.96}),
+    DefenseSetting("dp_sgd", {"C": 1.0, "sigma": 4.07}),
     DefenseSetting("topk", {"keep": 0.9}),
     DefenseSetting("topk", {"keep": 0.5}),
     DefenseSetting("topk", {"keep": 0.1}),
@@ -75,6 +76,7 @@ STANDARD_SETTINGS: tuple[DefenseSetting, ...] = (
     DefenseSetting("quantize", {"bits": 2}),
     DefenseSetting("quantize", {"bits": 1}),
     DefenseSetting("temporal_mean", {"k": 4}),
+    DefenseSetting("temporal_mean", {"k": 8}),
     DefenseSetting("shuffle_window", {"k": 4}),
     DefenseSetting("correlated_noise", {"sigma": 1e-2, "rho": 0.9}),
     DefenseSetting("random_release", {"p": 0.5}),

@@ -7,7 +7,6 @@ another episode's gradients, scored against this episode's truth (what the attac
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import math
@@ -124,11 +123,21 @@ class AuxiliaryData:
             yield episode, self._gradients(episode)
 
 
+def attacker_copy(victim: LoadedVictim) -> torch.nn.Module:
+    """The attacker's own copy of the victim policy: rebuilt from the spec and loaded with the capture
+    parameters (a deepcopy fails once SB3 has cached a distribution with grad history in the policy)."""
+    from gradleak_bench.victims.policies import build_policy
+
+    policy = build_policy(victim.spec)
+    policy.load_state_dict(victim.policy.state_dict())
+    return policy.eval()
+
+
 def victim_info(victim: LoadedVictim, gradients: EpisodeGradients) -> VictimInfo:
     obs_space, action_space = env_spaces(victim.spec.task, victim.spec.image_size)
     return VictimInfo(
         task=victim.spec.task, victim=victim.spec.name, checkpoint=victim.checkpoint, loss=victim.spec.loss,
-        policy=copy.deepcopy(victim.policy), observation_space=obs_space, action_space=action_space,
+        policy=attacker_copy(victim), observation_space=obs_space, action_space=action_space,
         gradient_shapes=gradients.param_shapes, n_actions=int(action_space.n),
     )
 

@@ -156,3 +156,21 @@ def test_auxiliary_data_refuses_the_test_split(tmp_path):
 
     with pytest.raises(GradleakError, match="never the test split"):
         next(AuxiliaryData(None, None).collect(split="test"))
+
+
+def test_victim_info_copies_a_policy_that_has_already_run_forward():
+    """SB3 caches a distribution with grad history after a forward pass, which deepcopy cannot copy; the
+    attacker's copy is rebuilt from the spec instead and holds the same parameters."""
+    import torch
+
+    from gradleak_bench.runner import victim_info
+    from gradleak_bench.stream.replay import EpisodeGradients
+    from gradleak_bench.victims import load_victim
+    from gradleak_bench.victims.policies import env_spaces
+
+    victim = load_victim("PointNav", "ppo_compact", "init")
+    victim.policy.evaluate_actions(torch.zeros(2, 3, 64, 64), torch.zeros(2).long())
+    info = victim_info(victim, EpisodeGradients(victim.policy, victim.spec.loss, env_spaces("PointNav", 64)[0]))
+    assert info.policy is not victim.policy
+    for (name, a), (_, b) in zip(info.policy.state_dict().items(), victim.policy.state_dict().items()):
+        assert torch.equal(a, b), name
