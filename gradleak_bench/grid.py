@@ -351,16 +351,17 @@ def plot_privacy_utility(part: Any, path: Path, title: str) -> None:
     n = len(attacks)
     cols = min(3, n)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False)
+    width = 5.2 if has_utility else max(5.2, 0.32 * part["setting"].nunique() + 1.5)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, (4.2 if has_utility else 5.0) * rows), squeeze=False)
     for ax, attack in zip(axes.flat, attacks):
         sub = part[(part["attack"] == attack) & part["leakage"].notna()]
         x = sub["val_return"].to_numpy() if has_utility else list(range(len(sub)))
         y = sub["leakage"].to_numpy()
         err = [y - sub["leakage_ci_low"].to_numpy(), sub["leakage_ci_high"].to_numpy() - y]
         ax.errorbar(x, y, yerr=err, fmt="o", ms=4, alpha=0.8, capsize=2)
-        for xi, yi, label in zip(x, y, sub["setting"]):
-            ax.annotate(label, (xi, yi), fontsize=6, xytext=(3, 2), textcoords="offset points")
         if has_utility:
+            for xi, yi, label in zip(x, y, sub["setting"]):
+                ax.annotate(label, (xi, yi), fontsize=6, xytext=(3, 2), textcoords="offset points")
             front = pareto_front(list(zip(map(float, x), map(float, y))))
             if front:
                 ax.plot([x[i] for i in front], [y[i] for i in front], "r-", lw=1.2, label="Pareto frontier")
@@ -376,7 +377,7 @@ def plot_privacy_utility(part: Any, path: Path, title: str) -> None:
             ax.set_xticklabels(sub["setting"], rotation=90, fontsize=6)
         metric = sub["metric"].iloc[0] if len(sub) else ""
         ax.axhline(0, color="grey", lw=0.6, ls="--")
-        ax.set_ylabel(f"leakage: {metric} - control (lower is more private)")
+        ax.set_ylabel(f"leakage: {metric} - control\n(lower is more private)")
         ax.set_title(f"{attack}", fontsize=9)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
