@@ -58,9 +58,10 @@ def main() -> None:
     info = victim_info(victim, gradients)
     ds = datasets.load_or_generate(datasets.standard_config("PointNav", "ppo", "init", "test-full"), progress=False)
     chosen = []
-    for episode_id in select_episodes(ds, None):  # one per layout in turn; long episodes, distinct layouts
+    for episode_id in select_episodes(ds, None):  # one per layout in turn; paths of >= 3 m, distinct layouts
         ep = ds.episode(episode_id)
-        if ep.length >= 100 and ep.layout_id not in {e.layout_id for e in chosen}:
+        travelled = np.hypot(*np.diff(ep.steps["pose"][:, :2], axis=0).T).sum()
+        if travelled >= 3.0 and ep.layout_id not in {e.layout_id for e in chosen}:
             chosen.append(ep)
         if len(chosen) == 4:
             break

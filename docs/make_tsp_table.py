@@ -26,6 +26,8 @@ RUNS = [
     ("dr_s0.5", "dead_reckoning", "init", "gaussian_noise", ["sigma=0.5"], []),
     ("drdec_s0.5", "dead_reckoning", "init", "gaussian_noise", ["sigma=0.5"], ["actions=decoupled"]),
     ("tsp_s0.5", "tsp", "init", "gaussian_noise", ["sigma=0.5"], []),
+    ("dr_dp0.5", "dead_reckoning", "init", "dp_sgd", ["C=1", "sigma=0.5"], []),
+    ("tsp_dp0.5", "tsp", "init", "dp_sgd", ["C=1", "sigma=0.5"], []),
     ("dr_trained", "dead_reckoning", "trained", "none", [], []),
     ("tsp_trained", "tsp", "trained", "none", [], []),
 ]

@@ -214,6 +214,9 @@ def export_gradients(
     dtype: str = typer.Option("float16", help="float16 (half the size) or float32 (exact)"),
     executor: str = typer.Option("local", help="local or ray"),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address"),
+    part_episodes: Optional[int] = typer.Option(
+        None, help="write OUT as a folder of part files of this many episodes, each compressed and written by "
+                   "the worker that computed it (resumable; OUT must be on storage every worker sees)"),
 ) -> None:
     """Materialise a split's exact per-step gradients as a chunked, compressed HDF5 file (float16 by default)
     that attackers stream minibatches from (GradientFile.batches) and `evaluate --gradients` can score."""
@@ -221,8 +224,10 @@ def export_gradients(
     from gradleak_bench.gradient_store import export_gradients as export
 
     with get_executor(executor, ray_address) as ex:
-        path, sha = export(out, task, victim, checkpoint, split, episodes, seed, dtype, executor=ex)
-    console.print(f"gradients: {path} ({path.stat().st_size / 2**20:.1f} MiB)", soft_wrap=True)
+        path, sha = export(out, task, victim, checkpoint, split, episodes, seed, dtype, executor=ex,
+                           part_episodes=part_episodes)
+    size = sum(p.stat().st_size for p in path.glob("*")) if path.is_dir() else path.stat().st_size
+    console.print(f"gradients: {path} ({size / 2**20:.1f} MiB)", soft_wrap=True)
     print(sha)
 
 

@@ -17,7 +17,9 @@ Format ``gradleak-bench-gradients/1`` (HDF5; no pickle)::
                             sha256 (over every episode's id and gradient bytes, sorted by id), complete=1
     /episodes/ID     dataset (T, D): step t's gradient, all parameters flattened and concatenated in the
                      order of ``meta.param_names``; float16 by default (float32 for exact values);
-                     chunked one step per chunk row (at most 2^18 values), gzip level 4 + byte shuffle
+                     chunked one step per chunk row (equal widths of at most 2^18 values), gzip level 1 +
+                     byte shuffle (level 1: 4x smaller than raw on our victims, level 4 only 5% smaller
+                     for 50% more write time; docs/scale-out.md)
 
 A file is written to a temp name and renamed when complete, and carries ``complete=1`` written last: a file
 left by a killed export is never read as complete (:class:`GradientFile` refuses it with one message).
@@ -74,9 +76,10 @@ class GradientWriter:
         if not np.isfinite(flat).all():
             raise InvalidGradientError(f"episode {episode_id}: gradient holds NaN/Inf")
         data = flat.astype(self.dtype)
-        chunk = (1, min(self.dim, MAX_CHUNK))
+        pieces = -(-self.dim // MAX_CHUNK)  # equal chunk widths: no padding in the last chunk
+        chunk = (1, -(-self.dim // pieces))
         self.group.create_dataset(episode_id, data=data, chunks=chunk, compression=self.compression,
-                                  compression_opts=4 if self.compression == "gzip" else None, shuffle=True,
+                                  compression_opts=1 if self.compression == "gzip" else None, shuffle=True,
                                   track_times=False)
         self._hashes[episode_id] = hashlib.sha256(np.ascontiguousarray(data).tobytes()).hexdigest()
 
@@ -117,17 +120,18 @@ class GradientFile:
 
     def __init__(self, path: str | Path, victim: Any = None):
         self.path = Path(path)
-        try:
-            with h5py.File(self.path, "r") as f:
-                if int(f.attrs.get("complete", 0)) != 1:
-                    raise CorruptFileError(
-                        f"{self.path} is an incomplete gradient file (its writer was killed before it finished): "
-                        "delete it and export it again")
-                self.meta = json.loads(f.attrs["meta"])
-                self.sha256 = str(f.attrs["sha256"])
-                self.episode_ids = tuple(sorted(f["episodes"].keys()))
-        except (OSError, KeyError, ValueError) as exc:
-            raise CorruptFileError(f"cannot read gradient file {self.path}: {exc}. Export it again.") from exc
+        if self.path.is_dir():  # a sharded export: OUT/index.json + OUT/part-NNNNN.h5
+            index = self.path / "index.json"
+            if not index.is_file():
+                raise CorruptFileError(f"{self.path} has no index.json: an unfinished sharded export; run the same "
+                                       "export-gradients command again to finish it")
+            spec = json.loads(index.read_text())
+            self.meta, self.sha256 = spec["meta"], spec["sha256"]
+            self._files = {e: self.path / part["file"] for part in spec["parts"] for e in part["episodes"]}
+        else:
+            self.meta, self.sha256, ids = _read_header(self.path)
+            self._files = {e: self.path for e in ids}
+        self.episode_ids = tuple(sorted(self._files))
         if self.meta.get("format") != FORMAT:
             raise CorruptFileError(f"{self.path} is not a {FORMAT} file (format {self.meta.get('format')!r})")
         self.names = list(self.meta["param_names"])
@@ -153,9 +157,9 @@ class GradientFile:
 
     def flat(self, episode_id: str) -> np.ndarray:
         """The ``(T, D)`` gradients of one episode, in the file's dtype."""
-        with h5py.File(self.path, "r") as f:
-            if episode_id not in f["episodes"]:
-                raise InvalidGradientError(f"{self.path} holds no gradients for episode {episode_id}")
+        if episode_id not in self._files:
+            raise InvalidGradientError(f"{self.path} holds no gradients for episode {episode_id}")
+        with h5py.File(self._files[episode_id], "r") as f:
             return f["episodes"][episode_id][()]
 
     def unflatten(self, flat: np.ndarray) -> GradientStream:
@@ -198,15 +202,50 @@ class GradientFile:
                 keys, rows = keys[take:], rows[take:]
             buffer_keys, buffer = keys, rows
 
-        with h5py.File(self.path, "r") as f:
-            for episode_id in ids:
-                data = f["episodes"][episode_id]
-                for t in range(data.shape[0]):
-                    buffer_keys.append((episode_id, t))
-                    buffer.append(data[t])
-                if len(buffer) >= shuffle_buffer:
-                    yield from drain(False)
-            yield from drain(True)
+        for episode_id in ids:
+            data = self.flat(episode_id)  # one episode: a few steps, read in one go
+            for t in range(data.shape[0]):
+                buffer_keys.append((episode_id, t))
+                buffer.append(data[t])
+            if len(buffer) >= shuffle_buffer:
+                yield from drain(False)
+        yield from drain(True)
+
+
+def _read_header(path: Path) -> tuple[dict[str, Any], str, list[str]]:
+    try:
+        with h5py.File(path, "r") as f:
+            if int(f.attrs.get("complete", 0)) != 1:
+                raise CorruptFileError(
+                    f"{path} is an incomplete gradient file (its writer was killed before it finished): "
+                    "delete it and export it again")
+            return json.loads(f.attrs["meta"]), str(f.attrs["sha256"]), list(f["episodes"].keys())
+    except (OSError, KeyError, ValueError) as exc:
+        raise CorruptFileError(f"cannot read gradient file {path}: {exc}. Export it again.") from exc
+
+
+class _PartWorker:
+    """Unit function of a sharded export: writes ``part-NNNNN.h5`` itself (compression runs on the worker),
+    skipping a part a previous, interrupted export already completed; returns its index entry."""
+
+    def __init__(self, out: Path, meta: dict[str, Any], dtype: str, export: Any):
+        self.out, self.meta, self.dtype, self.export = Path(out), meta, dtype, export
+
+    def __call__(self, unit: tuple[int, list[str]]) -> dict[str, Any]:
+        number, episode_ids = unit
+        path = self.out / f"part-{number:05d}.h5"
+        try:
+            meta, sha, ids = _read_header(path)
+            wanted = json.loads(json.dumps(dict(self.meta, format=FORMAT, dtype=self.dtype)))
+            if sorted(ids) == sorted(episode_ids) and meta == wanted:
+                return {"file": path.name, "sha256": sha, "episodes": sorted(ids)}
+        except CorruptFileError:
+            pass  # absent or unfinished: (re)write it
+        with GradientWriter(path, self.meta, self.dtype) as writer:
+            for i in range(0, len(episode_ids), 4):  # a few episodes' gradients in memory at a time
+                for episode_id, flat in self.export(episode_ids[i:i + 4]):
+                    writer.add(episode_id, flat)
+        return {"file": path.name, "sha256": GradientFile(path).sha256, "episodes": sorted(episode_ids)}
 
 
 class _ExportWorker:
@@ -240,10 +279,15 @@ class _ExportWorker:
 def export_gradients(out: str | Path, task: str = "PointNav", victim: str | None = None, checkpoint: str = "init",
                      split: str = "train", episodes_per_layout: int | None = None, seed: int = 0,
                      dtype: str = "float16", executor: Any = None, progress: bool = True,
-                     shard_size: int = 4) -> tuple[Path, str]:
+                     shard_size: int = 4, part_episodes: int | None = None) -> tuple[Path, str]:
     """Compute the exact per-step gradients of every episode of a dataset and write them to ``out``
     (episode shards as units on ``executor``; one shard's gradients in memory at a time). Returns the path
-    and the file's sha256."""
+    and the file's sha256.
+
+    With ``part_episodes``, ``out`` is a folder of part files of that many episodes each, every part computed,
+    compressed and written by the worker that ran it (so compression scales with the workers; ``out`` must
+    then be on storage every worker sees), plus ``index.json`` written last. Re-running an interrupted
+    sharded export redoes only the parts that are missing or incomplete."""
     from tqdm.auto import tqdm
 
     from gradleak_bench import dataset as datasets
@@ -259,8 +303,23 @@ def export_gradients(out: str | Path, task: str = "PointNav", victim: str | None
             "dataset_sha256": dataset.sha256, "param_names": list(shapes),
             "param_shapes": [list(s) for s in shapes.values()], "source": "gradleak-bench export-gradients"}
     ids = list(dataset.episode_ids)
-    units = [ids[i:i + shard_size] for i in range(0, len(ids), shard_size)]
     worker = _ExportWorker(ds_config.task, ds_config.victim, checkpoint, ds_config)
+    if part_episodes:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        parts = [(k, ids[i:i + part_episodes]) for k, i in enumerate(range(0, len(ids), part_episodes))]
+        part_worker = _PartWorker(out, meta, dtype, worker)
+        entries = list(executor.map(part_worker, parts) if executor is not None else map(part_worker, parts))
+        digest = hashlib.sha256(json.dumps(dict(meta, format=FORMAT, dtype=dtype), sort_keys=True).encode())
+        for entry in entries:
+            digest.update(f"{entry['file']}|{entry['sha256']}".encode())
+        index = {"format": FORMAT, "meta": dict(meta, format=FORMAT, dtype=dtype), "sha256": digest.hexdigest(),
+                 "parts": entries}
+        from gradleak_bench.paths import atomic_write_bytes
+
+        atomic_write_bytes(out / "index.json", json.dumps(index, indent=1).encode())
+        return out, index["sha256"]
+    units = [ids[i:i + shard_size] for i in range(0, len(ids), shard_size)]
     results = executor.map(worker, units) if executor is not None else map(worker, units)
     with GradientWriter(out, meta, dtype) as writer, tqdm(total=len(ids), disable=not progress,
                                                           desc=f"export {ds_config.key}") as bar:

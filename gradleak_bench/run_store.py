@@ -96,14 +96,13 @@ class AppendLog:
                           stacklevel=3)
             with self.path.open("r+b") as f:
                 f.truncate(valid)
-        self.records = records
+        self.records = records  # what was there on opening (appended records are not kept in memory)
         self._file = self.path.open("ab")
 
     def append(self, record: Mapping[str, Any]) -> None:
         self._file.write((json.dumps(record, default=float) + "\n").encode())
         self._file.flush()
         os.fsync(self._file.fileno())
-        self.records.append(dict(record))
 
     def close(self) -> None:
         self._file.close()
@@ -138,6 +137,15 @@ class RunStore:
         self.out = Path(out)
         self.dir = self.out / STATE_DIR
         self.key = key
+        self._lock = _lock(self.out)
+        try:
+            self._open(meta, resume)
+        except BaseException:
+            self._lock.close()
+            raise
+
+    def _open(self, meta: Mapping[str, Any], resume: bool) -> None:
+        key = self.key
         self.resumed = False
         self.discarded: str | None = None
         state = self._read_state()
@@ -157,6 +165,7 @@ class RunStore:
         self._done: dict[str, dict[str, Any]] = {}
         for record in self.log.records:
             self._done[record["episode_id"]] = record
+        self.log.records = []
 
     # --- state -------------------------------------------------------------------------------------------
     def _read_state(self) -> dict[str, Any] | None:
@@ -215,3 +224,21 @@ class RunStore:
 
     def close(self) -> None:
         self.log.close()
+        self._lock.close()  # releases the lock (a killed process releases it too)
+
+
+def _lock(out: Path) -> Any:
+    """An exclusive lock on the run folder, so two processes never write the same run."""
+    out.mkdir(parents=True, exist_ok=True)
+    handle = (out / f"{STATE_DIR}.lock").open("a")
+    try:
+        import fcntl
+
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except ImportError:  # no fcntl (Windows): no lock
+        pass
+    except OSError as exc:
+        handle.close()
+        raise RunStateError(f"another gradleak-bench process is writing to {out}; wait for it to finish, or pass "
+                            "another --out") from exc
+    return handle

@@ -245,6 +245,17 @@ def evaluate(config: EvaluateConfig, progress: bool = True, executor: Any = None
     context = Context(attack, defense, gradients, info, metrics, dataset)
     store, fit_seconds = _run_units(config, context, ds_config, dataset, episode_ids, seeds, victim, out,
                                     executor, resume, progress)
+    try:
+        return _finish(config, store, dataset, episode_ids, metrics, official, victim, fit_seconds, info, defense,
+                       notes, out)
+    finally:
+        store.close()
+
+
+def _finish(config: EvaluateConfig, store: RunStore, dataset: datasets.EpisodeDataset, episode_ids: list[str],
+            metrics: list[MetricSpec], official: bool | None, victim: LoadedVictim, fit_seconds: float,
+            info: VictimInfo, defense: Any, notes: list[str], out: Path) -> RunResult:
+    """Every unit is done: rows in canonical order, controls, summary, files, W&B."""
     rows = [EpisodeRow(**store.rows()[e]) for e in episode_ids]
     _write_jsonl(out, rows)
     if config.control:
@@ -262,7 +273,6 @@ def evaluate(config: EvaluateConfig, progress: bool = True, executor: Any = None
         shown = [r.episode_id for r in rows if r.status == "ok"][:4]
         recons = {e: Reconstruction(fields=store.reconstruction(e)) for e in shown}
         log_run(result, config, recons, {e: dataset.episode(e) for e in shown})
-    store.close()
     return result
 
 
@@ -344,7 +354,11 @@ def _run_units(config: EvaluateConfig, context: Context, ds_config: datasets.Dat
     if not todo and (store.get("fit_seconds") is not None or not hasattr(context.attack, "fit")):
         return store, fit_seconds
     own = executor is None
-    executor = executor or get_executor(config.executor, config.ray_address)
+    try:
+        executor = executor or get_executor(config.executor, config.ray_address)
+    except BaseException:
+        store.close()
+        raise
     try:
         if hasattr(context.attack, "fit"):
             start = time.perf_counter()
@@ -358,6 +372,9 @@ def _run_units(config: EvaluateConfig, context: Context, ds_config: datasets.Dat
             store.put("fit_seconds", fit_seconds)
         _compute_units(config, context, ds_config, dataset, episode_ids, seeds, todo, key, store, executor,
                        needs_recon, progress, out)
+    except BaseException:
+        store.close()  # releases the run folder's lock; everything finished is already on disk
+        raise
     finally:
         if own:
             executor.shutdown()

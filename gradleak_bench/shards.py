@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from gradleak_bench.errors import ChecksumMismatchError
+from gradleak_bench.errors import ChecksumMismatchError, GradleakError
 
 Unit = list  # list[tuple[int, str, int]]
 
@@ -52,6 +52,7 @@ class EpisodeWorker:
         self.config, self.dataset_config, self.dataset_sha256, self.key = config, dataset_config, dataset_sha256, key
         self.context: Context | None = context
         self.attack = context.attack
+        self.metric_names = [m.name for m in context.metrics]
         self.cache = os.environ.get("GRADLEAK_BENCH_CACHE")
 
     def __getstate__(self) -> dict[str, Any]:
@@ -73,7 +74,7 @@ class EpisodeWorker:
     def _build(self) -> Context:
         from gradleak_bench import dataset as datasets
         from gradleak_bench import plugins
-        from gradleak_bench.metrics import metrics_for_fields
+        from gradleak_bench.metrics import select_metrics
         from gradleak_bench.runner import make_gradients, victim_info
         from gradleak_bench.victims.checkpoint import load_victim
 
@@ -91,8 +92,11 @@ class EpisodeWorker:
             raise ChecksumMismatchError(
                 f"the worker's dataset {dataset.path} has sha256 {dataset.sha256[:16]}..., the driver's "
                 f"{self.dataset_sha256[:16]}...: run every node with the same gradleak-bench version")
-        return Context(self.attack, defense, gradients, victim_info(victim, gradients),
-                       metrics_for_fields(self.attack.fields), dataset)
+        metrics, _ = select_metrics(getattr(cfg, "metrics", None), self.attack.fields)  # the driver's choice
+        if [m.name for m in metrics] != self.metric_names:
+            raise GradleakError(f"the worker selected metrics {[m.name for m in metrics]}, the driver "
+                                        f"{self.metric_names}: run every node with the same gradleak-bench version")
+        return Context(self.attack, defense, gradients, victim_info(victim, gradients), metrics, dataset)
 
     def __call__(self, unit: Unit) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None]]:
         from gradleak_bench.runner import run_episode

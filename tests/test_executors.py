@@ -143,3 +143,44 @@ def test_ray_evaluate_gives_the_same_rows_and_metrics(ray_cluster, tmp_path):
     assert strip(local) == strip(remote)
     assert local.summary["metrics"] == remote.summary["metrics"]
     assert local.summary["dataset_sha256"] == remote.summary["dataset_sha256"]
+
+
+def test_an_attack_from_a_file_runs_on_ray_workers(ray_cluster, tmp_path):
+    """A `path.py:Class` plug-in travels by value: workers never import the file."""
+    plugin = tmp_path / "head_argmax.py"
+    plugin.write_text(
+        "import numpy as np\n"
+        "from gradleak_bench.baselines.attacks.closed_form import ClosedFormAction\n"
+        "class FileClosedForm(ClosedFormAction):\n"
+        "    name = 'file_closed_form'\n"
+        "    def fit(self, victim, auxiliary):\n"
+        "        self.fitted = 42  # state set on the driver must reach the workers\n"
+        "    def reconstruct(self, episode, victim):\n"
+        "        assert self.fitted == 42\n"
+        "        return super().reconstruct(episode, victim)\n")
+    result = evaluate(EvaluateConfig(attack=f"{plugin}:FileClosedForm", victim="ppo_compact", episodes=4,
+                                     wandb="disabled", out=str(tmp_path / "run"), executor="ray"), progress=False)
+    assert result.n_failed == 0, [r.error for r in result.rows]
+    assert result.summary["metrics"]["action_accuracy"]["mean"] == 1.0
+
+
+def test_a_ray_worker_killed_mid_episode_leaves_the_results_unchanged(ray_cluster, tmp_path):
+    plugin = tmp_path / "dies_once.py"
+    plugin.write_text(
+        "import os, signal\n"
+        "from gradleak_bench.baselines.attacks.closed_form import ClosedFormAction\n"
+        f"MARKER = {str(tmp_path / 'killed')!r}\n"
+        "class DiesOnce(ClosedFormAction):\n"
+        "    name = 'dies_once'\n"
+        "    def reconstruct(self, episode, victim):\n"
+        "        if episode.key == 'episode-0002' and not os.path.exists(MARKER):\n"
+        "            open(MARKER, 'w').close()\n"
+        "            os.kill(os.getpid(), signal.SIGKILL)  # the worker dies inside the attack\n"
+        "        return super().reconstruct(episode, victim)\n")
+    base = dict(attack=f"{plugin}:DiesOnce", victim="ppo_compact", episodes=5, wandb="disabled",
+                defense="gaussian_noise", defense_params={"sigma": 0.01})
+    remote = evaluate(EvaluateConfig(**base, out=str(tmp_path / "ray"), executor="ray"), progress=False)
+    assert (tmp_path / "killed").exists()
+    local = evaluate(EvaluateConfig(**base, out=str(tmp_path / "local")), progress=False)
+    strip = lambda result: [{k: v for k, v in r.flat().items() if k != "attack_ms"} for r in result.rows]  # noqa: E731
+    assert strip(remote) == strip(local) and remote.summary["metrics"] == local.summary["metrics"]

@@ -129,6 +129,7 @@ def test_append_log_survives_garbage_and_run_state_is_atomic(tmp_path):
     assert not list((tmp_path / "run" / STATE_DIR).rglob(".*tmp-*"))  # nothing half-written left behind
     again = RunStore(tmp_path / "run", "k1", {})
     assert again.resumed and again.finished("x", needs_recon=True)
+    again.close()
     assert RunStore(tmp_path / "run", "k2", {}).discarded
 
 
@@ -162,3 +163,59 @@ def test_gradient_file_roundtrip_streaming_and_scoring(tmp_path):
     writer.file.close()
     with pytest.raises(InvalidGradientError, match="expected"):
         GradientWriter(tmp_path / "bad.h5", dict(grads.meta)).add("x", np.zeros((2, 3)))
+
+
+def test_export_gradients_and_evaluate_them_from_the_cli(tmp_path):
+    env = dict(os.environ, COLUMNS="200")
+    grads = tmp_path / "g.h5"
+    exported = subprocess.run([sys.executable, "-m", "gradleak_bench.cli", "export-gradients", "PointNav", "--victim",
+                               "ppo_compact", "--split", "test", "--out", str(grads)], capture_output=True, text=True,
+                              env=env, timeout=600)
+    assert exported.returncode == 0, exported.stderr
+    assert len(exported.stdout.strip().splitlines()[-1]) == 64 and grads.is_file()
+    run = subprocess.run([sys.executable, "-m", "gradleak_bench.cli", "evaluate", "closed_form", "--victim",
+                          "ppo_compact", "--episodes", "3", "--wandb", "disabled", "--gradients", str(grads),
+                          "--out", str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["metrics"]["action_accuracy"]["mean"] == 1.0
+    wrong = subprocess.run([sys.executable, "-m", "gradleak_bench.cli", "evaluate", "closed_form", "--victim", "a2c",
+                            "--episodes", "1", "--wandb", "disabled", "--gradients", str(grads), "--out",
+                            str(tmp_path / "wrong")], capture_output=True, text=True, env=env, timeout=600)
+    assert wrong.returncode == 2 and "export it for this victim" in " ".join(wrong.stderr.split())
+
+
+def test_a_sharded_export_is_resumable_and_reads_like_one_file(tmp_path):
+    from gradleak_bench.gradient_store import GradientFile, export_gradients
+
+    one, _ = export_gradients(tmp_path / "one.h5", "PointNav", "ppo_compact", split="test", episodes_per_layout=1,
+                              progress=False)
+    parts, sha = export_gradients(tmp_path / "parts", "PointNav", "ppo_compact", split="test", episodes_per_layout=1,
+                                  progress=False, part_episodes=5)
+    a, b = GradientFile(one), GradientFile(parts)
+    assert a.episode_ids == b.episode_ids and len(list(parts.glob("part-*.h5"))) == 3
+    for e in a.episode_ids:
+        np.testing.assert_array_equal(a.flat(e), b.flat(e))
+    # an interrupted export: the index and one part are missing; the rerun redoes that part only
+    (parts / "index.json").unlink()
+    with pytest.raises(CorruptFileError, match="unfinished sharded export"):
+        GradientFile(parts)
+    (parts / "part-00001.h5").unlink()
+    kept = (parts / "part-00000.h5").stat().st_mtime_ns
+    again, sha_again = export_gradients(tmp_path / "parts", "PointNav", "ppo_compact", split="test",
+                                        episodes_per_layout=1, progress=False, part_episodes=5)
+    assert sha_again == sha and (parts / "part-00000.h5").stat().st_mtime_ns == kept
+
+
+def test_two_processes_never_write_the_same_run(tmp_path):
+    from gradleak_bench.errors import RunStateError
+
+    first = RunStore(tmp_path / "run", "k", {})
+    code = ("from gradleak_bench.run_store import RunStore\n"
+            f"RunStore({str(tmp_path / 'run')!r}, 'k', {{}})\n")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert other.returncode != 0 and "another gradleak-bench process is writing" in other.stderr
+    first.close()
+    with pytest.raises(RunStateError):  # and within one process, while the first is open
+        second = RunStore(tmp_path / "run", "k", {})
+        third = RunStore(tmp_path / "run", "k", {})
+        second.close(), third.close()

@@ -204,6 +204,19 @@ def test_training_resumes_exactly(tmp_path, monkeypatch):
         assert torch.equal(value, weights["interrupted"][name]), name
 
 
+def test_seq16_equals_seq8_on_eight_step_episodes():
+    """With 8-step episodes a window of 16 covers the whole prefix, as one of 8 does: same computation."""
+    net8, net16 = _net(seq_len=8), _net(seq_len=16)
+    net16.load_state_dict(net8.state_dict())
+    feats, prev = _inputs(net8)
+    with torch.no_grad():
+        assert torch.equal(net8(feats, prev)[0], net16(feats, prev)[0])
+        assert torch.equal(net8.generate(feats[0])[0], net16.generate(feats[0])[0])
+        longer = torch.randn(12, net8.featurizer.dim)  # ... but not on a longer stream
+        assert not torch.equal(net8.generate(longer)[0][8:], net16.generate(longer)[0][8:])
+        assert torch.allclose(net8.generate(longer)[0][:8], net16.generate(longer)[0][:8], atol=1e-6)
+
+
 def test_registered_names_and_bad_parameters():
     for name, seq in (("trace", 8), ("trace_seq1", 1), ("trace_seq4", 4), ("trace_seq8", 8), ("trace_seq16", 16)):
         attack = plugins.load("attack", name, {"preset": "tiny"})

@@ -233,3 +233,12 @@ def test_runner_score_passes_the_truth_episode_to_context_metrics():
     assert values["keypoint_hit_rate"] == 1.0 and values["room_sequence_accuracy"] == 1.0
     assert values["ate"] == pytest.approx(0.0, abs=1e-6) and values["action_accuracy"] == 1.0
     assert failed["ate"] == 0
+
+
+@pytest.mark.parametrize("name", ["gradleak_bench.metrics.trajectory", "gradleak_bench.envs.pybullet.apartment"])
+def test_docstring_examples(name):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

@@ -82,6 +82,14 @@ def test_decompose_estimates_noise_and_denoises_over_time():
     assert denoised > 0.9 and denoised > per_step
 
 
+def test_pair_rank_features_flag_a_repeated_observation():
+    W, _, hs = _rank1_stream(T_=4)
+    W[2] = -3.0 * W[1]  # step 2 saw what step 1 saw (another logit gradient, the same features)
+    f = T.pair_rank_features(W)
+    assert f.shape == (4, 2) and f[1, 0] < -6 and f[2, 1] == f[1, 0] and f[0, 0] > -4 and f[2, 0] > -4
+    assert f[3, 0] == pytest.approx(-12) and f[0, 1] == pytest.approx(-12)
+
+
 def test_change_features_flag_identical_consecutive_features():
     h = np.array([[1.0, 2.0], [1.0, 2.0], [2.0, 1.0]])
     f = T.change_features(h)

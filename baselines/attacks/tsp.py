@@ -12,8 +12,8 @@ stream as a series of measurements of the robot's motion and integrates them int
    (largest ``|g_k|``; docs/closed-form.md) applied to the denoised ``g``; with exact gradients it is
    exactly the closed-form action.
 2. **State-prior encoder (learned).** A blocked move leaves the robot where it was, so the next step's
-   observation, hence ``h``, is the same: ``1 - cos(h_t, h_{t+1})`` is (numerically) zero. A small MLP on
-   these feature-change statistics predicts, for every move step, the probability that the move was
+   observation, hence ``h``, is the same: the pair ``[W_t; W_{t+1}]`` is exactly rank 1 and
+   ``1 - cos(h_t, h_{t+1})`` is (numerically) zero. A small MLP on these feature-change statistics predicts, for every move step, the probability that the move was
    blocked. It is fit on train-layout episodes the attacker collects itself (full-length, with their true
    poses), at the noise level the attacker estimates from the released stream (the rank-1 residual), by
    adding that noise to its own clean gradients: the attacker adapts to the defense without being told it.
@@ -154,8 +154,8 @@ def decompose(weights: np.ndarray, snr_threshold: float = 4.0) -> Decomposition:
 
 
 def change_features(h: np.ndarray) -> np.ndarray:
-    """Per step ``(T, 3)``: log10(1 - cos) to the next step's features, to the previous step's, and
-    whether the step is the last (no next step). The encoder's input."""
+    """Per step ``(T, 3)``: log10(1 - cos) of the estimated features to the next step's, to the previous
+    step's, and whether the step is the last (no next step)."""
     hn = h / np.maximum(np.linalg.norm(h, axis=1, keepdims=True), 1e-300)
     change = np.clip(1.0 - (hn[1:] * hn[:-1]).sum(axis=1), 0.0, 2.0)
     logc = np.log10(change + _EPS_LOG)
@@ -166,10 +166,31 @@ def change_features(h: np.ndarray) -> np.ndarray:
     return np.stack([nxt, prv, last], axis=1)
 
 
+def pair_rank_features(weights: np.ndarray) -> np.ndarray:
+    """Per step ``(T, 2)``: how far the stacked pair ``[W_t; W_{t+1}]`` (and ``[W_{t-1}; W_t]``) is from rank
+    1, as log10 of its second singular value over the sum of the two steps' first ones. The same features
+    (a blocked move: identical observations) make the pair exactly rank 1; unlike the cosine of two noisy
+    per-step estimates, this statistic is not confounded by a weak step (a wall fills the view) looking
+    noisier. Measured on PointNav (PPO at init), blocked-vs-moved AUC 0.97 at noise sigma 0.01, 0.84 at
+    0.03, 0.69 at 0.1 (the cosine: 0.27-0.45, i.e. confounded)."""
+    W = torch.as_tensor(weights, dtype=torch.float64)
+    if len(W) < 2:
+        return np.full((len(W), 2), math.log10(_EPS_LOG))
+    s0 = torch.linalg.svdvals(W)[:, 0]
+    s2 = torch.linalg.svdvals(torch.cat([W[:-1], W[1:]], dim=1))[:, 1]
+    rel = torch.log10(s2 / (s0[:-1] + s0[1:]).clamp_min(1e-300) + _EPS_LOG).numpy()
+    return np.stack([np.append(rel, math.log10(_EPS_LOG)), np.insert(rel, 0, math.log10(_EPS_LOG))], axis=1)
+
+
+def motion_features(weights: np.ndarray, dec: Decomposition) -> np.ndarray:
+    """The encoder's input per step ``(T, 5)``: :func:`pair_rank_features` and :func:`change_features`."""
+    return np.concatenate([pair_rank_features(weights), change_features(dec.h)], axis=1)
+
+
 class BlockedEncoder(torch.nn.Module):
     """The learned state-prior encoder: feature-change statistics -> logit of "this move was blocked"."""
 
-    def __init__(self, n_in: int = 3, hidden: int = 16):
+    def __init__(self, n_in: int = 5, hidden: int = 16):
         super().__init__()
         self.net = torch.nn.Sequential(torch.nn.Linear(n_in, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1))
         self.register_buffer("mu", torch.zeros(n_in, dtype=torch.float64))
@@ -339,6 +360,7 @@ class TSP:
         self.table = motion_table(victim.task)
         weight, _ = head_parameter_names(victim)
         length = datasets.full_episode_length(victim.task)
+        self._train, self._encoders = [], {}
         for episode, grads in auxiliary.collect(episodes_per_layout=1, seed=1, split="train",
                                                  max_episodes=self.fit_layouts, sequence_length=length):
             pose, actions = episode.steps["pose"], episode.steps["action"]
@@ -347,7 +369,7 @@ class TSP:
             moved[:-1] = np.hypot(*(pose[1:, :2] - pose[:-1, :2]).T) > 1e-4
             label = np.where(translates[: len(moved)], (~moved).astype(np.float64), -1.0)
             if len(actions) >= 2:
-                self._train.append((grads.tensors[weight].double().numpy(), label))
+                self._train.append((grads.tensors[weight].float().numpy(), label))  # float32, as released
         self._encoder_for(0.0)
 
     def _encoder_for(self, noise: float) -> BlockedEncoder:
@@ -357,8 +379,9 @@ class TSP:
             rng = np.random.default_rng([self.seed, int(level * 1e6)])
             xs, ys = [], []
             for W, label in self._train:
+                W = W.astype(np.float64)
                 Wn = W + rng.normal(0.0, level, W.shape) if level else W
-                feats = change_features(decompose(Wn).h)
+                feats = motion_features(Wn, decompose(Wn))
                 keep = label >= 0
                 xs.append(feats[keep])
                 ys.append(label[keep])
@@ -378,11 +401,12 @@ class TSP:
     def reconstruct(self, episode: ObservedEpisode, victim: VictimInfo) -> Reconstruction:
         if not hasattr(self, "prior"):
             raise RuntimeError("tsp must be fit first (the runner calls fit before reconstruct)")
-        dec = decompose(head_weight_gradients(episode, victim))
+        weights = head_weight_gradients(episode, victim)
+        dec = decompose(weights)
         actions = np.abs(dec.g).argmax(axis=1).astype(np.int64)  # closed-form sign-free rule on denoised g
         if victim.n_actions < 3:  # the sign-free rule needs >= 3 actions; fall back to the signed rule
             actions = np.asarray(ClosedFormAction().reconstruct(episode, victim).fields["action"], dtype=np.int64)
-        p_blocked = self._encoder_for(dec.noise).predict(change_features(dec.h))
+        p_blocked = self._encoder_for(dec.noise).predict(motion_features(weights, dec))
         pose = self._integrate(actions, p_blocked)
         return Reconstruction(fields={"pose": pose.astype(np.float32), "action": actions},
                               extras={"p_blocked": p_blocked, "noise": dec.noise, "denoised": dec.denoised})

@@ -18,6 +18,7 @@ from numpy.typing import ArrayLike
 from scipy import stats
 
 _BATCH = 1_000  # resamples held in memory at once; bounds memory for thousands of episodes
+_MAX_BATCH_VALUES = 250_000  # ... and at most this many resampled values (2 MB) at once
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,9 @@ def _interval(values: np.ndarray, confidence: float, n_resamples: int, seed: int
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         result = stats.bootstrap(
             (values,), np.mean, n_resamples=n_resamples, confidence_level=confidence, method=method,
-            vectorized=True, batch=_BATCH, rng=np.random.default_rng(seed),
+            # resamples per batch also shrink as episodes grow, so memory stays flat in the number of episodes
+            # (the result does not depend on the batch size: the generator's draws are the same)
+            vectorized=True, batch=max(1, min(_BATCH, _MAX_BATCH_VALUES // max(1, values.size))),
+            rng=np.random.default_rng(seed),
         )
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
