@@ -9,7 +9,9 @@
   sampling (which adds a no-grad pass), batch 32, on feature tensors of the real size.
 
 Run: OMP_NUM_THREADS=1 python benchmarks/bench_trace.py   (writes benchmarks/results/trace.json)
-The machine is shared: the JSON records the load average at start and end.
+The machine is shared: the JSON records the load average at start and end, and beside each wall-clock
+figure the process's CPU time (``cpu_ms_per_frame``, ``sequences_per_cpu_s``): what it costs on cores that
+are not shared with other jobs. With 2 threads on a loaded machine the wall time explodes (oversubscription).
 """
 from __future__ import annotations
 
@@ -64,10 +66,12 @@ def main() -> None:
         for threads in (1, 2):
             torch.set_num_threads(threads)
             attack.reconstruct(ObservedEpisode("w", np.arange(streams[0][0]), streams[0][1]), info)  # warm-up
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             for length, stream in streams:
                 attack.reconstruct(ObservedEpisode("k", np.arange(length), stream), info)
             row[f"ms_per_frame_{threads}_threads"] = (time.perf_counter() - start) * 1e3 / out["setup"]["frames"]
+            # CPU time of this process: what the frame costs when the cores are not shared with other jobs
+            row[f"cpu_ms_per_frame_{threads}_threads"] = (time.process_time() - cpu) * 1e3 / out["setup"]["frames"]
             feats_start = time.perf_counter()
             for _, stream in streams:
                 attack.model.featurizer(stream.tensors)
@@ -87,13 +91,14 @@ def main() -> None:
         train_row = {}
         for phase, p_sample in (("teacher_forcing", 0.0), ("scheduled_sampling", 0.5)):
             attack._loss(model, data, torch.arange(32), p_sample, gen)[0].backward()  # warm-up
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             for b in range(TRAIN_BATCHES):
                 loss, _ = attack._loss(model, data, torch.arange(b * 32, (b + 1) * 32), p_sample, gen)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
             train_row[f"{phase}_sequences_per_s_1_thread"] = n / (time.perf_counter() - start)
+            train_row[f"{phase}_sequences_per_cpu_s_1_thread"] = n / (time.process_time() - cpu)
         out["training"][name] = train_row
         print(name, train_row, flush=True)
     out["setup"]["load_average_end"] = os.getloadavg()

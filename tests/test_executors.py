@@ -184,3 +184,16 @@ def test_a_ray_worker_killed_mid_episode_leaves_the_results_unchanged(ray_cluste
     local = evaluate(EvaluateConfig(**base, out=str(tmp_path / "local")), progress=False)
     strip = lambda result: [{k: v for k, v in r.flat().items() if k != "attack_ms"} for r in result.rows]  # noqa: E731
     assert strip(remote) == strip(local) and remote.summary["metrics"] == local.summary["metrics"]
+
+
+def test_grid_cells_on_ray_give_the_local_metrics(ray_cluster, tmp_path):
+    from gradleak_bench.grid import DefenseSetting, GridConfig, run_grid
+
+    def grid(executor: str) -> dict:
+        config = GridConfig(attacks=("closed_form",), targets=(("PointNav", "ppo_compact"),), episodes=3,
+                            settings=(DefenseSetting("none"), DefenseSetting("gaussian_noise", {"sigma": 0.01})),
+                            out=str(tmp_path / executor), executor=executor)
+        cells = run_grid(config, progress=False)["cells"]
+        return {c["setting"]: c["summary"]["metrics"] for c in cells}
+
+    assert grid("ray") == grid("local")

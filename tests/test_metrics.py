@@ -32,7 +32,7 @@ from gradleak_bench.metrics import (
     rgb_ssim_y,
     summarize,
 )
-from gradleak_bench.records import TRUTH_FIELDS
+from gradleak_bench.records import TRUTH_FIELDS, Episode
 
 T, H, W = 4, 16, 16
 
@@ -143,19 +143,33 @@ def test_shape_mismatch_is_loud():
 def test_nan_frame_is_nan_for_that_step_only(spec: MetricSpec):
     rng = np.random.default_rng(4)
     truth = truth_for(spec.field, rng)
+    context = {}
+    if spec.needs_episode:  # layout metrics (trajectory key points, rooms): a path through a doorway of layout 0
+        truth, context = _through_a_doorway(), {"episode": Episode("L000-E00", "PointNav", 0, 0, {})}
+    fn = functools.partial(spec.fn, **context)
     recon = truth.astype(np.float64) + (0.0 if spec.field == "action" else 0.05)
-    clean = spec.fn(recon, truth)
+    clean = fn(recon, truth)
     assert clean.shape == ((T,) if spec.per_step else (1,))
     assert np.all(np.isfinite(clean))
     recon[1] = np.nan
-    broken = spec.fn(recon, truth)
+    broken = fn(recon, truth)
     if spec.per_step:
         assert np.isnan(broken[1])
         np.testing.assert_allclose(np.delete(broken, 1), np.delete(clean, 1))
     else:
         assert broken.shape == (1,) and np.isnan(broken[0])
     recon[1] = np.inf
-    assert np.isnan(spec.fn(recon, truth)[1 if spec.per_step else 0])
+    assert np.isnan(fn(recon, truth)[1 if spec.per_step else 0])
+
+
+def _through_a_doorway() -> np.ndarray:
+    """T poses crossing the first doorway of layout 0 (so the path has a key point and two rooms)."""
+    from gradleak_bench.envs.pybullet.apartment import doorway_centres, generate_apartment
+
+    apt = generate_apartment(0)
+    normal = np.array([1.0, 0.0]) if apt.doors[0].axis == "x" else np.array([0.0, 1.0])
+    xy = doorway_centres(apt)[0] + np.linspace(-0.75, 0.75, T)[:, None] * normal
+    return np.concatenate([xy, np.zeros((T, 1))], axis=1).astype(np.float32)
 
 
 def test_every_metric_scores_a_truth_field():

@@ -6,7 +6,7 @@
 2. Generates every standard held-out dataset (test split, 4 episodes per layout, seed 0) for every victim
    and checkpoint available, and records its content sha256 in ``envs/splits/v0.json`` under ``datasets``.
 
-Run: python tools/publish_zoo.py [--skip-checkpoints]
+Run: python tools/publish_zoo.py [--skip-checkpoints] [--split test-full --task PointNav]
 """
 from __future__ import annotations
 
@@ -38,17 +38,21 @@ def publish_checkpoints() -> None:
             print(f"published {spec.key} init (no trained checkpoint in {source})")
 
 
-def record_checksums() -> None:
+def record_checksums(split: str = "test", tasks: tuple[str, ...] | None = None) -> None:
+    """Record the sha256 of the standard datasets of ``split`` (``test`` or ``test-full``) for every victim of
+    ``tasks`` (default: all), keeping the manifest's other entries."""
     manifest_file = Path(splits.manifest_path())
     manifest = json.loads(manifest_file.read_text())
-    recorded = {}
+    recorded = dict(manifest.get("datasets", {}))
     with tempfile.TemporaryDirectory() as tmp:
         for spec in VICTIMS.values():
+            if tasks and spec.task not in tasks:
+                continue
             for checkpoint in ("init", "trained"):
                 if checkpoint == "trained" and not (packaged_dir(spec) / "trained.safetensors").is_file():
                     continue
                 load_victim(spec.task, spec.name, checkpoint)
-                config = datasets.standard_config(spec.task, spec.name, checkpoint, "test")
+                config = datasets.standard_config(spec.task, spec.name, checkpoint, split)
                 sha = datasets.write(Path(tmp) / f"{config.key}.h5", config, datasets.generate(config, progress=False))
                 recorded[config.key] = sha
                 print(f"{config.key}: {sha}")
@@ -59,11 +63,13 @@ def record_checksums() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-checkpoints", action="store_true")
+    parser.add_argument("--split", default="test", help="test (default) or test-full (issue 6's full episodes)")
+    parser.add_argument("--task", action="append", help="only this task's victims (repeatable)")
     args = parser.parse_args()
     if not args.skip_checkpoints:
         publish_checkpoints()
     splits.manifest.cache_clear()
-    record_checksums()
+    record_checksums(args.split, tuple(args.task or ()))
 
 
 if __name__ == "__main__":
