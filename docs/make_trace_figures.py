@@ -104,7 +104,7 @@ def _grid(episodes, recons, path: Path, Image) -> None:
             rows.append(strip)
         rows.append(np.full((6, 8 * 66, 3), 255, dtype=np.uint8))
     canvas = np.concatenate(rows, axis=0)
-    Image.fromarray(canvas).resize((canvas.shape[1] * 2, canvas.shape[0] * 2), Image.NEAREST).save(path)
+    Image.fromarray(canvas).save(path, optimize=True)
 
 
 def _plot(results: dict, path: Path) -> None:

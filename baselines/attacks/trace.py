@@ -36,7 +36,7 @@ then each previous-image token is replaced by the prediction with a probability 
 ``ss_max``). Loss: MSE + L1 on [0, 1] RGB + ``action_weight`` x cross-entropy on the action.
 
 Weights are safetensors + JSON metadata, cached under ``<cache>/attackers/trace-<config hash>/``; training
-checkpoints every ``checkpoint_every`` epochs (model and optimiser state, safetensors + JSON) and resumes
+checkpoints every epoch (model and optimiser state, safetensors + JSON) and resumes
 exactly. A cached or given (``weights=``) attacker trained for another victim, task, checkpoint or gradient
 layout is refused with a :class:`~gradleak_bench.errors.GradleakError`.
 """
@@ -60,7 +60,7 @@ from torch import nn
 
 from gradleak_bench.errors import CorruptFileError, GradleakError
 from gradleak_bench.paths import atomic_write_bytes, cache_dir
-from gradleak_bench.records import GradientStream, ObservedEpisode, Reconstruction, VictimInfo
+from gradleak_bench.records import ObservedEpisode, Reconstruction, VictimInfo
 
 FORMAT = "gradleak-bench-trace/1"
 FEATURES_VERSION = 1
@@ -195,6 +195,8 @@ class GradientFeaturizer(nn.Module):
     def forward(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """``tensors[name]`` (T, *shape) -> features (T, dim) float32."""
         eps = 1e-12
+        device = next(self.buffers()).device
+        tensors = {k: v.to(device) for k, v in tensors.items()}
         parts = []
         for name, i, out, inp in self.matrices:
             g = tensors[name].reshape(-1, out, inp).float()
@@ -403,7 +405,7 @@ class TraceNet(nn.Module):
                 new = torch.cat([start, g[:, :1]], dim=1) if t == 0 else torch.stack([p[:, t], g[:, t]], dim=1)
                 out = self.transformer(new, caches)
             else:  # a sliding window: frame t's context is a sequence of its own
-                seq = torch.cat([start, g, p], dim=1)[:, idx[t, : last[t] + 1]]
+                seq = torch.cat([start, g, p], dim=1)[:, idx[t, : last[t] + 1].to(g.device)]
                 out = self.transformer(seq)
             img, logit = self.decode(self.out_norm(out[:, -1]))
             images.append(img[0])
@@ -671,7 +673,7 @@ class TRACE:
                 sums["ce"] += parts["ce"] * len(ids)
                 sums["n"] += len(ids)
                 bar.update(1)
-                bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss):.4f}", p_ss=f"{p_sample:.2f}")
+                bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss.detach()):.4f}", p_ss=f"{p_sample:.2f}")
             seconds = time.perf_counter() - t0
             state["train_seconds"] += seconds
             val_psnr, val_acc = self._validate(model, val)
@@ -682,9 +684,7 @@ class TRACE:
                 "val_action_accuracy": val_acc})
             state["epoch"] = epoch + 1
             epochs_this_call += 1
-            if state["epoch"] % max(1, self._checkpoint_every()) == 0 or state["epoch"] == c.epochs or \
-                    (self.stop_after is not None and epochs_this_call >= self.stop_after):
-                self._save_state(state_path, model, opt, state, key)
+            self._save_state(state_path, model, opt, state, key)  # every epoch: an epoch is the unit of resume
             if self.stop_after is not None and epochs_this_call >= self.stop_after and state["epoch"] < c.epochs:
                 bar.close()
                 raise GradleakError(f"{self.name}: training stopped after epoch {state['epoch']} of {c.epochs} "
@@ -696,9 +696,6 @@ class TRACE:
                   "history": state["history"]}
         self._save_final(directory / "model.safetensors", model, identity, layout, key, size, report)
         self._load(directory / "model.safetensors", identity, layout, expected_hash=key)
-
-    def _checkpoint_every(self) -> int:
-        return 1
 
     def _loss(self, model: TraceNet, data: TraceData, ids: torch.Tensor, p_sample: float,
               gen: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
