@@ -296,6 +296,7 @@ def grid(
     seed: int = typer.Option(0, help="seed of the defenses' randomness, the bootstrap and the utility training"),
     utility_budget: Optional[int] = typer.Option(None, help="train-defense budget in environment steps per setting (default: no utility runs)"),
     utility_eval_episodes: int = typer.Option(24, help="val episodes of each utility run"),
+    utility_seeds: int = typer.Option(1, help="training seeds per setting (seed, seed+1, ...): the table and plot show mean ± sd"),
     attack_param: list[str] = typer.Option([], "--attack-param", "-A", help="ATTACK.KEY=VALUE (repeatable), e.g. inverting_gradients.preset=quick"),
     out: Path = typer.Option(Path("runs/grid"), help="output folder (cells/, grid.md, grid.csv, privacy_utility_*.png)"),
     executor: str = typer.Option("local", help="local (default) or ray: cells and utility runs as Ray tasks"),
@@ -326,7 +327,7 @@ def grid(
     config = GridConfig(
         attacks=tuple(attack) or None, settings=tuple(DefenseSetting.parse(s) for s in setting) or STANDARD_SETTINGS,
         targets=tuple(targets) or STANDARD_TARGETS, checkpoint=checkpoint, split=split, episodes=episodes, seed=seed,
-        utility_budget=utility_budget, utility_eval_episodes=utility_eval_episodes, out=str(out),
+        utility_budget=utility_budget, utility_eval_episodes=utility_eval_episodes, utility_seeds=utility_seeds, out=str(out),
         executor=executor, ray_address=ray_address, attack_params=params,
     )
     result = run_grid(config)

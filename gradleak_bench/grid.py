@@ -101,6 +101,8 @@ class GridConfig:
     seed: int = 0
     utility_budget: int | None = None
     utility_eval_episodes: int = 24
+    # Training seeds per setting (seed, seed + 1, ...): val return varies a lot across seeds at small budgets.
+    utility_seeds: int = 1
     out: str = "runs/grid"
     executor: str = "local"
     ray_address: str | None = None
@@ -182,6 +184,29 @@ def run_utility(unit: tuple[str, str, DefenseSetting, int, int, int]) -> dict[st
         return {"status": "failed", "error": str(exc)}
 
 
+UTILITY_COLUMNS = ("val_return", "val_return_sd", "val_success", "undefended_val_return",
+                   "undefended_val_return_sd", "n_seeds", "dp_epsilon_per_step")
+
+
+def aggregate_utility(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One setting's utility over its training seeds: mean and sample standard deviation of the defended and
+    the undefended val return (the undefended run has the same budget and seed as each defended one)."""
+    import numpy as np
+
+    reports = [r["report"] for r in runs if r.get("status") == "ok"]
+    out: dict[str, Any] = {"runs": runs, "n_seeds": len(reports)}
+    if not reports:
+        return out
+    defended = np.array([r["defended"]["val"]["mean_return"] for r in reports])
+    undefended = np.array([r["undefended"]["val"]["mean_return"] for r in reports])
+    sd = lambda a: float(a.std(ddof=1)) if len(a) > 1 else math.nan  # noqa: E731
+    out.update(val_return=float(defended.mean()), val_return_sd=sd(defended),
+               val_success=float(np.mean([r["defended"]["val"]["success_rate"] for r in reports])),
+               undefended_val_return=float(undefended.mean()), undefended_val_return_sd=sd(undefended),
+               dp_epsilon_per_step=reports[0].get("dp_epsilon_per_step", math.nan))
+    return out
+
+
 def headline_metric(summary: dict[str, Any]) -> str | None:
     metrics = summary.get("metrics", {})
     return next((m for m in HEADLINE_METRICS if m in metrics), next(iter(metrics), None))
@@ -230,9 +255,12 @@ def run_grid(config: GridConfig, progress: bool = True) -> dict[str, Any]:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[int, dict[str, Any]] = {}
-    utilities: dict[tuple[str, str, str], dict[str, Any]] = {}
-    units = [(task, victim, s, config.utility_budget, config.utility_eval_episodes, config.seed)
-             for task, victim in config.targets for s in config.settings] if config.utility_budget else []
+    utilities: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    if config.utility_seeds < 1:
+        raise GradleakError(f"utility_seeds must be at least 1, got {config.utility_seeds}")
+    units = [(task, victim, s, config.utility_budget, config.utility_eval_episodes, config.seed + k)
+             for task, victim in config.targets for s in config.settings
+             for k in range(config.utility_seeds)] if config.utility_budget else []
     with get_executor(config.executor, address=config.ray_address) as executor:
         with tqdm(total=len(cells), desc="grid cells", disable=not progress) as bar:
             for index, result in executor.map_unordered(run_cell, cells):
@@ -241,11 +269,11 @@ def run_grid(config: GridConfig, progress: bool = True) -> dict[str, Any]:
         with tqdm(total=len(units), desc="utility (train-defense)", disable=not progress or not units) as bar:
             for index, result in executor.map_unordered(run_utility, units):
                 task, victim, setting = units[index][:3]
-                utilities[(task, victim, setting.label)] = result
+                utilities.setdefault((task, victim, setting.label), []).append(result)
                 bar.update()
     grid = {"config": config.to_dict(), "cells": [], "utility": {}}
-    for (task, victim, label), u in utilities.items():
-        grid["utility"][f"{task}/{victim}/{label}"] = u
+    for (task, victim, label), runs in utilities.items():
+        grid["utility"][f"{task}/{victim}/{label}"] = aggregate_utility(runs)
     for i, cell in enumerate(cells):
         r = results[i]
         grid["cells"].append({"task": cell.task, "victim": cell.victim, "checkpoint": cell.checkpoint,
@@ -261,14 +289,10 @@ def _rows(grid: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for c in grid["cells"]:
         u = grid["utility"].get(f"{c['task']}/{c['victim']}/{c['setting']}", {})
-        report = u.get("report", {})
         base = {k: c[k] for k in ("task", "victim", "checkpoint", "attack", "setting", "status", "error")}
-        base.update({
-            "val_return": report.get("defended", {}).get("val", {}).get("mean_return", math.nan),
-            "val_success": report.get("defended", {}).get("val", {}).get("success_rate", math.nan),
-            "undefended_val_return": report.get("undefended", {}).get("val", {}).get("mean_return", math.nan),
-            "dp_epsilon_per_step": report.get("dp_epsilon_per_step", (c["summary"] or {}).get("defense_epsilon", math.nan)),
-        })
+        base.update({k: u.get(k, math.nan) for k in UTILITY_COLUMNS})
+        if math.isnan(base["dp_epsilon_per_step"]):
+            base["dp_epsilon_per_step"] = (c["summary"] or {}).get("defense_epsilon", math.nan)
         summary = c["summary"] or {}
         headline = headline_metric(summary) if summary else None
         if not summary.get("metrics"):
@@ -310,7 +334,7 @@ def markdown_table(frame: Any) -> str:
         util = "val_return" in part and part["val_return"].notna().any()
         lines += [f"## {task} / {victim}", ""]
         header = ["setting"] + [f"{a} ({heads[a]})" if heads[a] else a for a in attacks]
-        header += ["val return (defended)", "val success", "DP eps/step in training"] if util else []
+        header += ["val return (defended, mean ± sd over seeds)", "val success", "DP eps/step in training"] if util else []
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for s in settings:
             cells = []
@@ -327,13 +351,16 @@ def markdown_table(frame: Any) -> str:
                     cells.append(f"{r['leakage']:.3g} [{r['leakage_ci_low']:.3g}, {r['leakage_ci_high']:.3g}]")
             if util:
                 r = part[part["setting"] == s].iloc[0]
-                cells += [f"{r['val_return']:.3f}", f"{r['val_success']:.2f}",
+                spread = "" if math.isnan(r["val_return_sd"]) else f" ± {r['val_return_sd']:.2f}"
+                cells += [f"{r['val_return']:.3f}{spread}", f"{r['val_success']:.2f}",
                           "" if math.isnan(r["dp_epsilon_per_step"]) else f"{r['dp_epsilon_per_step']:.3g}"]
             lines.append("| " + " | ".join([f"`{s}`"] + cells) + " |")
         if util:
-            base = part["undefended_val_return"].dropna()
+            base = part[part["undefended_val_return"].notna()]
             if len(base):
-                lines += ["", f"Undefended victim at the same budget and seed: val return {base.iloc[0]:.3f}."]
+                r = base.iloc[0]
+                spread = "" if math.isnan(r["undefended_val_return_sd"]) else f" ± {r['undefended_val_return_sd']:.2f} (sd over {int(r['n_seeds'])} seeds)"
+                lines += ["", f"Undefended victim at the same budget and seeds: val return {r['undefended_val_return']:.3f}{spread}."]
         lines.append("")
     return "\n".join(lines)
 
@@ -358,7 +385,8 @@ def plot_privacy_utility(part: Any, path: Path, title: str) -> None:
         x = sub["val_return"].to_numpy() if has_utility else list(range(len(sub)))
         y = sub["leakage"].to_numpy()
         err = [y - sub["leakage_ci_low"].to_numpy(), sub["leakage_ci_high"].to_numpy() - y]
-        ax.errorbar(x, y, yerr=err, fmt="o", ms=4, alpha=0.8, capsize=2)
+        xerr = sub["val_return_sd"].to_numpy() if has_utility and sub["val_return_sd"].notna().any() else None
+        ax.errorbar(x, y, yerr=err, xerr=xerr, fmt="o", ms=4, alpha=0.8, capsize=2)
         if has_utility:
             for xi, yi, label in zip(x, y, sub["setting"]):
                 ax.annotate(label, (xi, yi), fontsize=6, xytext=(3, 2), textcoords="offset points")

@@ -48,7 +48,7 @@ def test_grid_cells_utility_table_plot_and_resume(tmp_path):
     settings = (DefenseSetting("none"), DefenseSetting("quantize", {"bits": 1}),
                 DefenseSetting("withhold_layers", {"layers": "no_such_layer"}))
     config = GridConfig(attacks=("closed_form", "qgi"), settings=settings, targets=(("PointNav", "ppo_compact"),),
-                        episodes=3, utility_budget=512, utility_eval_episodes=1, out=str(tmp_path))
+                        episodes=3, utility_budget=512, utility_eval_episodes=1, utility_seeds=2, out=str(tmp_path))
     grid = run_grid(config, progress=False)
     status = {(c["attack"], c["setting"]): c["status"] for c in grid["cells"]}
     assert status[("closed_form", "none")] == "ok"
@@ -57,9 +57,12 @@ def test_grid_cells_utility_table_plot_and_resume(tmp_path):
     for name in ("grid.csv", "grid.md", "grid.json", "privacy_utility_PointNav-ppo_compact.png"):
         assert (tmp_path / name).is_file(), name
     table = (tmp_path / "grid.md").read_text()
-    assert "`quantize(bits=1)`" in table and "val return (defended)" in table
-    utility = grid["utility"]["PointNav/ppo_compact/quantize(bits=1)"]["report"]
-    assert utility["defended"]["timesteps"] == 512
+    assert "`quantize(bits=1)`" in table and "val return (defended" in table and "sd over 2 seeds" in table
+    utility = grid["utility"]["PointNav/ppo_compact/quantize(bits=1)"]
+    assert utility["n_seeds"] == 2 and [r["report"]["seed"] for r in utility["runs"]] == [0, 1]
+    assert utility["runs"][0]["report"]["defended"]["timesteps"] == 512
+    returns = [r["report"]["defended"]["val"]["mean_return"] for r in utility["runs"]]
+    assert utility["val_return"] == pytest.approx(sum(returns) / 2)
     # a second run reuses every finished cell
     results = Path(grid["cells"][0]["out"]) / "results.json"
     before = results.stat().st_mtime_ns
