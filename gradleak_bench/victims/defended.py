@@ -41,7 +41,7 @@ from gradleak_bench.records import GradientStream, LossSpec
 from gradleak_bench.stream.live import loss_spec_of
 from gradleak_bench.stream.per_sample import LossInputs, PerSampleGradients
 from gradleak_bench.victims.checkpoint import cached_dir, read_meta, save_checkpoint
-from gradleak_bench.victims.training import success_rate, train_resumable, with_budget
+from gradleak_bench.victims.training import success_rate, train_resumable, train_spec, with_budget
 from gradleak_bench.victims.zoo import VictimSpec, get_victim
 
 REPORT_FORMAT = "gradleak-bench-train-defense/1"
@@ -265,12 +265,7 @@ def undefended(spec: VictimSpec, eval_episodes: int, progress: bool = True) -> d
         report = read_meta(meta_file).get("report", {})
         if report.get("val", {}).get("episodes") == eval_episodes and "train_seconds" in report:
             return report
-    model, done, seconds = train_resumable(spec, directory, f"train {spec.key} (undefended)", progress=progress)
-    report = {"victim": spec.key, "config_hash": spec.config_hash(), "timesteps": done,
-              "train_seconds": round(seconds, 1), "val": success_rate(spec, model.policy, eval_episodes),
-              "val_random": success_rate(spec, None, eval_episodes)}
-    save_checkpoint(model.policy, spec, "trained", directory, report)
-    return report
+    return train_spec(spec, eval_episodes, progress, desc=f"train {spec.key} (undefended)")
 
 
 def train_defense(defense: str, params: dict[str, Any] | None = None, task: str = "PointNav",

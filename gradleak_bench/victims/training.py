@@ -146,9 +146,13 @@ def train_resumable(spec: VictimSpec, directory: Path, desc: str, hooks: Trainin
 def train(task: str, victim: str | None = None, budget: int | None = None, eval_episodes: int = 24,
           progress: bool = True) -> dict[str, Any]:
     """Train (or resume training) the victim and write its ``trained`` checkpoint to the cache."""
-    spec = with_budget(get_victim(task, victim), budget)
+    return train_spec(with_budget(get_victim(task, victim), budget), eval_episodes, progress)
+
+
+def train_spec(spec: VictimSpec, eval_episodes: int = 24, progress: bool = True, desc: str | None = None) -> dict[str, Any]:
+    """Train (or resume) ``spec`` into the cache's ``trained`` checkpoint; report val success beside random."""
     directory = cached_dir(spec)
-    model, done, seconds = train_resumable(spec, directory, f"train {spec.key}", progress=progress)
+    model, done, seconds = train_resumable(spec, directory, desc or f"train {spec.key}", progress=progress)
     report = {
         "victim": spec.key, "config_hash": spec.config_hash(), "timesteps": done, "train_seconds": round(seconds, 1),
         "val": success_rate(spec, model.policy, eval_episodes),
