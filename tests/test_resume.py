@@ -29,7 +29,11 @@ SLOW_ATTACK = textwrap.dedent("""
         def reconstruct(self, episode, victim):
             with open(os.environ["CALLS_LOG"], "a") as f:
                 f.write(episode.key + "\\n")
-            time.sleep(float(os.environ.get("SLOW_S", "0")))
+            # BLOCK_AT=k: the k-th episode announces itself and never returns (the test kills the run there).
+            if episode.key == os.environ.get("BLOCK_AT"):
+                open(os.environ["BLOCKED"], "w").close()
+                while True:
+                    time.sleep(1)
             return super().reconstruct(episode, victim)
 """)
 
@@ -56,14 +60,16 @@ def test_a_sigkilled_run_resumes_to_identical_results(tmp_path):
     n = 8
     args = ["evaluate", f"{plugin}:SlowClosedForm", "--victim", "ppo_compact", "--episodes", str(n), "--wandb",
             "disabled", "--defense", "gaussian_noise", "-D", "sigma=0.001"]
-    env = dict(os.environ, CALLS_LOG=str(tmp_path / "calls.log"), SLOW_S="0.4")
+    blocked = tmp_path / "blocked"
+    env = dict(os.environ, CALLS_LOG=str(tmp_path / "calls.log"), BLOCK_AT="episode-0003", BLOCKED=str(blocked))
     out = tmp_path / "run"
     proc = _cli([*args, "--out", str(out)], env)
     rows_log = out / STATE_DIR / "rows.jsonl"
-    deadline = time.time() + 240
-    while time.time() < deadline and (not rows_log.exists() or rows_log.read_text().count("\n") < 3):
+    # wait for an event (episode 3 inside its reconstruct), not for a time
+    deadline = time.monotonic() + 240
+    while not blocked.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(0.2)  # inside the next episode's (slow) reconstruct
+    assert blocked.exists(), proc.stderr.read() if proc.poll() is not None else "episode 3 never started"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     done_before = len(read_log(rows_log)[0])
@@ -71,7 +77,7 @@ def test_a_sigkilled_run_resumes_to_identical_results(tmp_path):
     assert not (out / "results.json").exists()
     calls_before = (tmp_path / "calls.log").read_text().splitlines()
 
-    resumed = _cli([*args, "--out", str(out)], dict(env, SLOW_S="0"))
+    resumed = _cli([*args, "--out", str(out)], dict(env, BLOCK_AT=""))
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
     calls = (tmp_path / "calls.log").read_text().splitlines()
     after = calls[len(calls_before):]
@@ -79,7 +85,7 @@ def test_a_sigkilled_run_resumes_to_identical_results(tmp_path):
     assert sorted(set(after)) == sorted(f"episode-{i:04d}" for i in range(done_before, n))
     assert len(after) == n - done_before
 
-    reference = _cli([*args, "--out", str(tmp_path / "reference")], dict(env, SLOW_S="0"))
+    reference = _cli([*args, "--out", str(tmp_path / "reference")], dict(env, BLOCK_AT=""))
     assert reference.wait(timeout=300) == 0
     a, b = _comparable(out), _comparable(tmp_path / "reference")
     assert a == b

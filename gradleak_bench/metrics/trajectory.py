@@ -190,15 +190,19 @@ def _apartment(episode=None, layout_id: int | None = None, apartment=None):
 PairScore = Callable[[np.ndarray, np.ndarray], float]
 
 
+def _paths(name: str, recon: np.ndarray, truth: np.ndarray, aligned: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    """The reconstructed and true positions to score (the reconstruction rigidly aligned when asked), or None."""
+    pair = _positions(name, recon, truth)
+    if pair is None:
+        return None
+    p, q = pair
+    return (align_se2(p, q)[0], q) if aligned else (p, q)
+
+
 def _episode_metric(name: str, score: PairScore, aligned: bool) -> Callable[..., np.ndarray]:
     def fn(recon: np.ndarray, truth: np.ndarray) -> np.ndarray:
-        pair = _positions(name, recon, truth)
-        if pair is None:
-            return np.array([np.nan])
-        p, q = pair
-        if aligned:
-            p = align_se2(p, q)[0]
-        return np.array([score(p, q)])
+        pair = _paths(name, recon, truth, aligned)
+        return np.array([np.nan]) if pair is None else np.array([score(*pair)])
 
     fn.__name__ = name
     fn.__doc__ = f"{name}: one value per episode (see the module docstring)."
@@ -208,13 +212,8 @@ def _episode_metric(name: str, score: PairScore, aligned: bool) -> Callable[...,
 def _context_metric(name: str, score: Callable[[object, np.ndarray, np.ndarray], float], aligned: bool):
     def fn(recon: np.ndarray, truth: np.ndarray, *, episode=None, layout_id: int | None = None,
            apartment=None) -> np.ndarray:
-        pair = _positions(name, recon, truth)
-        if pair is None:
-            return np.array([np.nan])
-        p, q = pair
-        if aligned:
-            p = align_se2(p, q)[0]
-        return np.array([score(_apartment(episode, layout_id, apartment), p, q)])
+        pair = _paths(name, recon, truth, aligned)
+        return np.array([np.nan]) if pair is None else np.array([score(_apartment(episode, layout_id, apartment), *pair)])
 
     fn.__name__ = name
     fn.__doc__ = f"{name}: one value per episode; needs the layout (episode=, layout_id= or apartment=)."
