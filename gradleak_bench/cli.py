@@ -137,6 +137,8 @@ def evaluate(
                                             "full-length episodes instead of 8 steps (trajectory attacks)"),
     episodes: Optional[int] = typer.Option(None, help="score only the first N episodes (one per layout in turn)"),
     seed: int = typer.Option(0, help="seed of the defense's randomness and the bootstrap"),
+    dataset_seed: int = typer.Option(0, help="held-out draw: 0 is the standard (official) split; N scores the "
+                                     "episodes `generate --seed N` draws in the same held-out layouts (unofficial)"),
     out: Path = typer.Option(Path("runs/latest"), help="output folder (results.json, episodes.csv, pictures)"),
     wandb: str = typer.Option("offline", help="W&B mode: offline (default, no account needed), online or disabled"),
     attack_param: list[str] = typer.Option([], "--attack-param", "-A", help="attack parameter KEY=VALUE (repeatable)"),
@@ -168,7 +170,7 @@ def evaluate(
         raise GradleakError(f"--wandb must be offline, online or disabled, not {wandb!r}")
     config = EvaluateConfig(
         attack=attack, task=task, victim=victim, checkpoint=checkpoint, defense=defense, split=split,
-        episodes=episodes, seed=seed, attack_params=plugins.parse_params(attack_param),
+        episodes=episodes, seed=seed, dataset_seed=dataset_seed, attack_params=plugins.parse_params(attack_param),
         defense_params=plugins.parse_params(defense_param), out=str(out), wandb=wandb, control=control,
         metrics=list(metric) or None, executor=executor, ray_address=ray_address, shard_size=shard_size,
         gradients=str(gradients) if gradients else None,

@@ -47,6 +47,9 @@ class EvaluateConfig:
     split: str = "test"
     episodes: int | None = None
     seed: int = 0
+    # The held-out draw: 0 is the standard split (official when the manifest records its identity); any other
+    # value draws other episode seeds in the same held-out layouts (`generate --seed N`), scored as unofficial.
+    dataset_seed: int = 0
     # None: the first ``episodes`` (one per layout in turn); an int: a random subset of that size drawn with
     # this seed, in canonical order (what `gradleak-bench verify` re-runs).
     sample_seed: int | None = None
@@ -229,7 +232,8 @@ def evaluate(config: EvaluateConfig, progress: bool = True, executor: Any = None
     if hasattr(defense, "check"):  # victim-dependent parameters (layer names) are checked before any work
         defense.check(info)
 
-    ds_config = datasets.standard_config(task.name, victim.spec.name, config.checkpoint, config.split)
+    ds_config = datasets.standard_config(task.name, victim.spec.name, config.checkpoint, config.split,
+                                          seed=config.dataset_seed)
     dataset = datasets.load_or_generate(ds_config, progress=progress)
     official = datasets.check_official(dataset)
     if hasattr(gradients, "check_dataset"):  # external gradients must belong to this dataset's episodes
@@ -450,7 +454,7 @@ def summarise(config: EvaluateConfig, rows: list[EpisodeRow], metrics: list[Metr
         "task": config.task, "victim": victim.spec.name, "checkpoint": config.checkpoint,
         "checkpoint_id": victim.checkpoint_id, "loss": victim.spec.loss.to_dict(),
         "defense": config.defense, "defense_params": config.defense_params,
-        "split": config.split, "seed": config.seed,
+        "split": config.split, "seed": config.seed, "dataset_seed": config.dataset_seed,
         "dataset": dataset.config.key, "dataset_sha256": dataset.sha256, "dataset_official": official,
         "n_episodes": len(rows), "n_failed": len(rows) - len(ok), "n_frames": frames,
         "ms_per_frame": (sum(r.attack_ms for r in ok) / frames) if frames else math.nan,
