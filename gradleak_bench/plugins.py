@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import inspect
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -138,6 +139,19 @@ def _import_file(path: Path) -> Any:
     return module
 
 
+def check_plugin_class(kind: str, reference: str, obj: Any) -> type:
+    """Refuse ``obj`` unless it is a class defining the kind's method, *before* anything calls it: a reference
+    may come from a file (a leaderboard entry, a results.json), and ``os:system`` must never be called."""
+    method = "reconstruct" if kind == "attack" else "release"
+    if not inspect.isclass(obj):
+        raise PluginLoadError(f"{reference!r} is not a {kind}: it is a {type(obj).__name__}, not a class. A {kind} is "
+                              f"a class with {method}() (docs/write-an-{kind}.md); nothing else is ever called.")
+    if not callable(inspect.getattr_static(obj, method, None)):
+        raise PluginLoadError(f"{reference!r} is not a {kind}: class {obj.__name__} has no {method}() method "
+                              f"(docs/write-an-{kind}.md)")
+    return obj
+
+
 def load(kind: str, reference: str, params: Mapping[str, Any] | None = None) -> Any:
     """Instantiate the plug-in ``reference`` of ``kind`` with keyword ``params``.
 
@@ -155,6 +169,7 @@ def load(kind: str, reference: str, params: Mapping[str, Any] | None = None) -> 
         factory = _import_attr(known[reference].entry_point)
     else:
         raise UnknownNameError(kind, reference, known)
+    check_plugin_class(kind, reference, factory)
     try:
         plugin = factory(**dict(params or {}))
     except (TypeError, ValueError) as exc:  # unknown or invalid parameters: checked before any work starts
