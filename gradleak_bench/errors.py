@@ -77,3 +77,8 @@ class ExecutorError(GradleakError):
 
 class RunStateError(GradleakError):
     """A run folder whose recorded state cannot be resumed (another run's units, a torn or foreign file)."""
+
+
+class CodeBindingError(GradleakError):
+    """A leaderboard entry's code binding (registered name, entry point, shipped file + sha256) that does not
+    resolve to exactly the code it names."""
