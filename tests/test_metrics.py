@@ -50,12 +50,12 @@ def scene(seed: int = 0) -> np.ndarray:
     return np.clip(np.array(frames), 40, 200).astype(np.uint8)
 
 
-def truth_for(field: str, rng: np.random.Generator) -> np.ndarray:
-    """Plausible truth of one episode for any field a built-in metric scores."""
+def truth_for(field: str, rng: np.random.Generator, side: int = H) -> np.ndarray:
+    """Plausible truth of one episode for any field a built-in metric scores (frames ``side`` pixels wide)."""
     if field == "rgb":
-        return scene()
+        return scene() if side == H else np.kron(scene(), np.ones((1, side // H, side // H, 1), np.uint8))
     if field == "depth":
-        return rng.uniform(0.5, 9.0, (T, H, W)).astype(np.float32)
+        return rng.uniform(0.5, 9.0, (T, side, side)).astype(np.float32)
     if field == "bbox":
         lo = rng.uniform(-1, 0, (T, 2))
         return np.concatenate([lo, lo + rng.uniform(0.1, 1, (T, 2))], axis=1).astype(np.float32)
@@ -142,7 +142,7 @@ def test_shape_mismatch_is_loud():
 @pytest.mark.parametrize("spec", all_metrics(), ids=lambda s: s.name)
 def test_nan_frame_is_nan_for_that_step_only(spec: MetricSpec):
     rng = np.random.default_rng(4)
-    truth = truth_for(spec.field, rng)
+    truth = truth_for(spec.field, rng, side=48 if "ms_ssim" in spec.name else H)  # MS-SSIM needs >= 44 pixels
     context = {}
     if spec.needs_episode:  # layout metrics (trajectory key points, rooms): a path through a doorway of layout 0
         truth, context = _through_a_doorway(), {"episode": Episode("L000-E00", "PointNav", 0, 0, {})}
@@ -305,3 +305,81 @@ def test_unknown_metric_suggests_close_match():
 def test_duplicate_registration_is_refused():
     with pytest.raises(ValueError, match="already registered"):
         register_metric(get_metric("rgb_psnr"))
+
+
+# --- the papers' protocols (metrics/protocols.py) ---------------------------------------------------------
+
+
+def _gaussian_ssim_reference(a: np.ndarray, b: np.ndarray, data_range: float) -> float:
+    """Wang et al.'s SSIM written out: Gaussian sigma 1.5 truncated to 11x11, population moments, valid region."""
+    from scipy.ndimage import gaussian_filter
+
+    blur = lambda x: gaussian_filter(x, 1.5, truncate=3.5)  # noqa: E731  (radius 5: an 11x11 window)
+    c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
+    mu_a, mu_b = blur(a), blur(b)
+    var_a, var_b, cov = blur(a * a) - mu_a**2, blur(b * b) - mu_b**2, blur(a * b) - mu_a * mu_b
+    ssim_map = ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a**2 + mu_b**2 + c1) * (var_a + var_b + c2))
+    return float(ssim_map[5:-5, 5:-5].mean())
+
+
+def test_gaussian_ssim_matches_a_written_out_reference_and_differs_from_the_default():
+    from gradleak_bench.metrics.protocols import depth_ssim_gauss11
+
+    rng = np.random.default_rng(1)
+    truth = rng.uniform(0.5, 9.0, (2, 24, 24)).astype(np.float32)
+    recon = truth + rng.normal(0, 0.8, truth.shape)
+    got = depth_ssim_gauss11(recon, truth)
+    want = [_gaussian_ssim_reference(np.clip(recon[t], 0, DEPTH_RANGE_M), truth[t].astype(np.float64),
+                                     DEPTH_RANGE_M) for t in range(2)]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert np.all(np.abs(got - depth_ssim(recon, truth)) > 1e-3)
+
+
+def test_ms_ssim_is_one_for_identical_frames_and_falls_with_noise():
+    from gradleak_bench.metrics.protocols import rgb_ms_ssim
+
+    truth = truth_for("rgb", np.random.default_rng(0), side=48)
+    noise = np.random.default_rng(1).normal(0, 1, truth.shape)
+    values = [rgb_ms_ssim(truth.astype(np.float64) + s * noise, truth).mean() for s in (0.0, 5.0, 30.0)]
+    assert values[0] == pytest.approx(1.0, abs=1e-5) and values[0] > values[1] > values[2]
+    with pytest.raises(ValueError, match="at least 44"):
+        rgb_ms_ssim(scene(), scene())
+
+
+def test_qgi_brightest_pixel_normalisation_undoes_a_global_dimming():
+    from gradleak_bench.metrics.protocols import rgb_psnr_y_qgi
+
+    truth = scene().copy()
+    truth[:, 0, 0, 0] = 255  # the true frames' brightest value is 255, as in the paper's renders
+    dimmed = truth.astype(np.float64) * 0.5
+    assert np.all(rgb_psnr_y_qgi(dimmed, truth) == MAX_PSNR_DB)
+    assert np.all(rgb_psnr_y(dimmed, truth) < 20)
+
+
+def test_rgb_psnr_uint8_rounds_the_reconstruction():
+    truth = scene()
+    assert np.all(get_metric("rgb_psnr@uint8").fn(truth + 0.4, truth) == MAX_PSNR_DB)
+    np.testing.assert_allclose(get_metric("rgb_psnr@uint8").fn(truth + 0.6, truth), 20 * np.log10(255.0))
+
+
+def test_box_protocols_do_not_reward_the_all_zero_box():
+    truth = np.zeros((4, 4))
+    truth[1] = [0.0, 0.0, 0.5, 0.5]
+    zero = np.zeros((4, 4))
+    assert bbox_iou(zero, truth).mean() == 0.75  # the default IoU: 3 of 4 frames "agree" on no target
+    assert get_metric("bbox_iou@visible").fn(zero, truth).tolist() == [0.0]
+    assert get_metric("bbox_detection_rate").fn(zero, truth).tolist() == [0.0]
+    assert get_metric("bbox_visibility_accuracy").fn(zero, truth).tolist() == [1.0, 0.0, 1.0, 1.0]
+    assert np.isnan(get_metric("bbox_iou@visible").fn(zero, np.zeros((4, 4)))[0])  # never visible: no value
+
+
+def test_protocols_are_selected_by_name_field_or_protocol_never_by_default():
+    from gradleak_bench.metrics import select_metrics
+
+    default = [s.name for s in select_metrics(None, ["rgb", "bbox"])[0]]
+    assert all("@" not in n and "ms_ssim" not in n and "detection" not in n for n in default)
+    assert [s.name for s in select_metrics(["@qgi"], ["rgb"])[0]] == ["rgb_psnr_y@qgi", "rgb_ssim_y@qgi"]
+    assert [s.name for s in select_metrics(["depth@gauss11"], ["depth"])[0]] == ["depth_ssim@gauss11"]
+    assert [s.name for s in select_metrics(["rgb_ms_ssim"], ["rgb"])[0]] == ["rgb_ms_ssim"]
+    with pytest.raises(UnknownNameError, match="@gauss11"):
+        select_metrics(["@gauss12"], ["rgb"])

@@ -6,21 +6,22 @@ Conventions (all stated in each metric's description):
   clipped to it (a pixel value outside the displayable range carries no extra information).
 * ``rgb_psnr`` / ``rgb_ssim`` score RGB scaled to [0, 1] (data range 1).
 * ``rgb_psnr_y`` / ``rgb_ssim_y`` score the luma Y of ITU-R BT.601 YCbCr as ``skimage.color.rgb2ycbcr``
-  computes it (Y in [16, 235]) with data range 255: the QGI/RGI paper's protocol, so our numbers are
-  comparable with its Table I.
+  computes it (Y in [16, 235]) with data range 255. The QGI/RGI paper scores Y too, but its Table I is not
+  comparable with these numbers as they stand: it normalises each reconstructed RGB frame so its brightest
+  pixel is 255 (``rgb_psnr_y@qgi`` does that), does not name its SSIM window, reports mean +- standard
+  deviation over frames (not a CI) on AI2-THOR at 150x150, and stops at other budgets.
 * Depth is metric (metres) and scored with data range :data:`DEPTH_RANGE_M`, the camera's far plane;
   reconstructions are clipped to [0, DEPTH_RANGE_M].
 * Identical frames have infinite PSNR; it is capped at :data:`MAX_PSNR_DB` so episode means stay finite.
 * SSIM uses scikit-image's defaults (uniform 7x7 window, sample covariance, K1=0.01, K2=0.03); frames
-  smaller than 7 pixels on a side use the largest odd window that fits.
+  smaller than 7 pixels on a side use the largest odd window that fits. The Gaussian 11x11 window of Wang et
+  al. (and the TRACE code) is the ``@gauss11`` protocol (:mod:`gradleak_bench.metrics.protocols`).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import numpy as np
-from skimage.color import rgb2ycbcr
-from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
 from gradleak_bench.metrics.registry import MetricSpec, finite_steps, register_metric, require_same_shape
 
@@ -44,6 +45,8 @@ def psnr_capped(truth: np.ndarray, recon: np.ndarray, data_range: float) -> floa
         >>> round(psnr_capped(a, b, 1.0), 6), psnr_capped(a, a, 1.0)
         (20.0, 100.0)
     """
+    from skimage.metrics import peak_signal_noise_ratio  # heavy: imported on first use
+
     with np.errstate(divide="ignore"):  # MSE 0 -> inf, which the cap replaces
         value = peak_signal_noise_ratio(truth, recon, data_range=data_range)
     return float(min(value, MAX_PSNR_DB))
@@ -58,6 +61,8 @@ def ssim(truth: np.ndarray, recon: np.ndarray, data_range: float, channel_axis: 
         >>> ssim(a, a, 1.0)
         1.0
     """
+    from skimage.metrics import structural_similarity
+
     side = min(truth.shape[:2])
     win_size = min(7, side if side % 2 else side - 1)  # skimage needs an odd window inside the frame
     if win_size < 3:
@@ -96,6 +101,8 @@ def _rgb_unit(frames: np.ndarray, is_recon: bool = True) -> np.ndarray:
 
 def _luma(frames: np.ndarray, is_recon: bool = True) -> np.ndarray:
     """BT.601 Y in [16, 235] of RGB on the 0..255 scale, shape ``(..., H, W)``."""
+    from skimage.color import rgb2ycbcr
+
     return rgb2ycbcr(_rgb_unit(frames), channel_axis=-1)[..., 0]
 
 
@@ -133,7 +140,7 @@ def rgb_ssim(recon: np.ndarray, truth: np.ndarray) -> np.ndarray:
 
 
 def rgb_psnr_y(recon: np.ndarray, truth: np.ndarray) -> np.ndarray:
-    """Per-frame PSNR (dB) on BT.601 luma Y in [16, 235] with data range 255 (QGI/RGI protocol), capped.
+    """Per-frame PSNR (dB) on BT.601 luma Y in [16, 235] with data range 255 (the QGI/RGI paper's channel), capped.
 
     Example:
         >>> import numpy as np
@@ -146,7 +153,7 @@ def rgb_psnr_y(recon: np.ndarray, truth: np.ndarray) -> np.ndarray:
 
 
 def rgb_ssim_y(recon: np.ndarray, truth: np.ndarray) -> np.ndarray:
-    """Per-frame SSIM on BT.601 luma Y in [16, 235] with data range 255 (QGI/RGI protocol)."""
+    """Per-frame SSIM on BT.601 luma Y in [16, 235] with data range 255 (the QGI/RGI paper's channel)."""
     return _per_frame("rgb_ssim_y", lambda a, b: ssim(a, b, _Y_RANGE), recon, truth, _luma)
 
 
@@ -179,10 +186,12 @@ for _spec in (
     MetricSpec("rgb_ssim", "rgb", rgb_ssim, True, "",
                f"SSIM (skimage, 7x7 uniform window) of RGB in [0,1], channel-averaged; {_RGB_NOTE}.", True),
     MetricSpec("rgb_psnr_y", "rgb", rgb_psnr_y, True, "dB",
-               f"PSNR on BT.601 Y in [16,235], data range 255 (QGI/RGI protocol); {_RGB_NOTE}; {_CAP_NOTE}.",
+               f"PSNR on BT.601 Y in [16,235], data range 255 (the QGI/RGI paper's channel, without its "
+               f"brightest-pixel scaling: rgb_psnr_y@qgi); {_RGB_NOTE}; {_CAP_NOTE}.",
                True),
     MetricSpec("rgb_ssim_y", "rgb", rgb_ssim_y, True, "",
-               f"SSIM on BT.601 Y in [16,235], data range 255 (QGI/RGI protocol); {_RGB_NOTE}.", True),
+               f"SSIM (7x7 uniform) on BT.601 Y in [16,235], data range 255 (the QGI/RGI paper's channel; "
+               f"rgb_ssim_y@qgi scales as the paper does); {_RGB_NOTE}.", True),
     MetricSpec("depth_psnr", "depth", depth_psnr, True, "dB",
                f"PSNR of depth in metres; {_DEPTH_NOTE}; {_CAP_NOTE}.", True),
     MetricSpec("depth_ssim", "depth", depth_ssim, True, "",

@@ -32,6 +32,8 @@ class MetricSpec:
         per_step: Whether ``fn`` returns one value per step (True) or one per episode (False).
         needs_episode: Whether ``fn`` also needs the truth :class:`~gradleak_bench.records.Episode` (e.g. its
             layout, for trajectory key points): the runner then calls ``fn(recon, truth, episode=episode)``.
+        default: Whether it is scored when no metric is asked for. A paper's protocol
+            (``name@protocol``, :mod:`gradleak_bench.metrics.protocols`) is scored only when asked for.
     """
 
     name: str
@@ -42,6 +44,12 @@ class MetricSpec:
     description: str
     per_step: bool
     needs_episode: bool = False
+    default: bool = True
+
+    @property
+    def protocol(self) -> str:
+        """The protocol after ``@`` in the name (``"gauss11"`` for ``rgb_ssim@gauss11``), or ``""``."""
+        return self.name.partition("@")[2]
 
 
 _REGISTRY: dict[str, MetricSpec] = {}
@@ -93,8 +101,9 @@ def all_metrics() -> list[MetricSpec]:
     return list(_REGISTRY.values())
 
 
-def metrics_for_fields(fields: Iterable[str]) -> list[MetricSpec]:
-    """The registered metrics that score any of ``fields``, in registration order.
+def metrics_for_fields(fields: Iterable[str], optional: bool = False) -> list[MetricSpec]:
+    """The registered metrics that score any of ``fields``, in registration order: the default ones, and
+    with ``optional`` also the papers' protocols.
 
     Example:
         >>> import gradleak_bench.metrics
@@ -102,15 +111,25 @@ def metrics_for_fields(fields: Iterable[str]) -> list[MetricSpec]:
         ['action_accuracy', 'action_hist_tv']
     """
     wanted = set(fields)
-    return [spec for spec in _REGISTRY.values() if spec.field in wanted]
+    return [spec for spec in _REGISTRY.values() if spec.field in wanted and (optional or spec.default)]
+
+
+def _by_protocol(name: str) -> list[MetricSpec] | None:
+    """``field@protocol`` or ``@protocol``: the metrics of that protocol (of that field); None if not that form."""
+    field_name, at, protocol = name.partition("@")
+    if not at or not protocol:
+        return None
+    specs = [s for s in _REGISTRY.values() if s.protocol == protocol and field_name in ("", s.field)]
+    return specs or None
 
 
 def select_metrics(requested: Iterable[str] | None, fields: Iterable[str],
                    attack: str = "the attack") -> tuple[list[MetricSpec], list[str]]:
     """The metrics to score for an attack reconstructing ``fields``, and notes on what was skipped.
 
-    ``requested`` lists metric names or field names (a field name selects every metric of that field);
-    None selects every metric of ``fields``. A requested metric whose field the attack does not reconstruct
+    ``requested`` lists metric names or field names (a field name selects every default metric of that
+    field), ``@protocol`` (every metric of a paper's protocol) or ``field@protocol``; None selects every
+    default metric of ``fields``. A requested metric whose field the attack does not reconstruct
     is skipped with a note, not an error: asking trajectory metrics of an action-only attack is a question
     with no answer, not a bad input.
 
@@ -132,9 +151,11 @@ def select_metrics(requested: Iterable[str] | None, fields: Iterable[str],
         if name in _REGISTRY:
             specs = [_REGISTRY[name]]
         elif name in by_field:
-            specs = [s for s in _REGISTRY.values() if s.field == name]
-        else:
-            raise UnknownNameError("metric (or field)", name, list(_REGISTRY) + sorted(by_field))
+            specs = [s for s in _REGISTRY.values() if s.field == name and s.default]
+        elif (specs := _by_protocol(name)) is None:
+            protocols = sorted({f"@{s.protocol}" for s in _REGISTRY.values() if s.protocol})
+            raise UnknownNameError("metric (or field, or @protocol)", name,
+                                   list(_REGISTRY) + sorted(by_field) + protocols)
         wanted.extend(s for s in specs if s not in wanted)
     chosen = [s for s in wanted if s.field in fields]
     skipped: dict[str, list[str]] = {}

@@ -35,8 +35,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from scipy.spatial.distance import directed_hausdorff
-
 from gradleak_bench.metrics.registry import MetricSpec, register_metric
 
 HIT_RADIUS_M = 0.5
@@ -96,6 +94,8 @@ def align_se2(recon: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, float, 
 
 def hausdorff(p: np.ndarray, q: np.ndarray) -> float:
     """Symmetric Hausdorff distance of two point sets (scipy's directed distance, both ways)."""
+    from scipy.spatial.distance import directed_hausdorff
+
     return float(max(directed_hausdorff(p, q)[0], directed_hausdorff(q, p)[0]))
 
 
