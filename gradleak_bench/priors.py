@@ -271,7 +271,8 @@ def _series_priors(name: str, episodes: list[np.ndarray]) -> Iterator[Prior]:
         counts = np.bincount(flat.astype(np.int64))
         yield Prior("majority_action", name, "template", np.array([counts.argmax()], np.int64),
                     f"the most frequent of {n}")
-        yield Prior("majority_action_per_step", name, "template", _per_step(episodes, name, "majority").astype(np.int64),
+        per_step = _per_step(episodes, name, "majority").astype(np.int64)
+        yield Prior("majority_action_per_step", name, "template", per_step,
                     "the most frequent train action at the same step")
         yield Prior("action_histogram", name, "categorical", counts / counts.sum(),
                     f"one seeded draw per step from the action histogram of {n}")
@@ -348,14 +349,16 @@ def load(path: Path, config: PriorConfig) -> PriorSet:
 
 
 def _checked_prior(entry: Any, tensors: Mapping[str, np.ndarray]) -> Prior:
-    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("name", "field", "kind", "description")):
+    keys = ("name", "field", "kind", "description")
+    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in keys):
         raise ValueError(f"malformed prior entry {entry!r}")
     values = tensors[f"{entry['name']}/{entry['field']}"]
     if entry["kind"] not in _KINDS or values.ndim < 1 or len(values) == 0:
         raise ValueError(f"prior {entry['name']}/{entry['field']}: bad kind or empty values")
     if not np.isfinite(values).all():
         raise ValueError(f"prior {entry['name']}/{entry['field']} holds NaN or Inf")
-    if entry["kind"] == "categorical" and (values.ndim != 1 or (values < 0).any() or abs(values.sum() - 1) > 1e-6):
+    probabilities = values.ndim == 1 and (values >= 0).all() and abs(values.sum() - 1) <= 1e-6
+    if entry["kind"] == "categorical" and not probabilities:
         raise ValueError(f"prior {entry['name']}/{entry['field']} is not a probability vector")
     return Prior(entry["name"], entry["field"], entry["kind"], values, entry["description"])
 

@@ -34,6 +34,8 @@ class MetricSpec:
             layout, for trajectory key points): the runner then calls ``fn(recon, truth, episode=episode)``.
         default: Whether it is scored when no metric is asked for. A paper's protocol
             (``name@protocol``, :mod:`gradleak_bench.metrics.protocols`) is scored only when asked for.
+        worst: The value a failed (missing or non-finite) frame scores, when the metric has one; None defers
+            to the runner's table of worst values.
     """
 
     name: str
@@ -45,6 +47,7 @@ class MetricSpec:
     per_step: bool
     needs_episode: bool = False
     default: bool = True
+    worst: float | None = None
 
     @property
     def protocol(self) -> str:
