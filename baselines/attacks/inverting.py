@@ -397,7 +397,10 @@ class InvertingGradients(_ImageAttack):
         preset: ``"quick"`` (100 iterations, 1 restart, TV 0.1) or ``"paper"`` (4800 iterations, TV 0.1).
         iterations, restarts, tv: override the preset.
         lr: Adam learning rate (0.1), decayed by 10x at 3/8, 5/8 and 7/8 of the iterations.
-        signed: use the sign of the gradient (inversefed's default).
+        signed: step on the sign of the gradient, as the paper's experiments do (``signed=True`` in
+            inversefed's ``reconstruct_image.py`` "ours" config and its notebooks). Not inversefed's
+            ``DEFAULT_CONFIG``: since its 2020-09-15 "Updated defaults" commit that has ``signed=False``
+            (with the 4800 iterations and TV 0.1 of the ``paper`` preset); before it, ``signed=True``.
         seed: seed of the Gaussian initialisation.
     """
 
