@@ -1,0 +1,237 @@
+"""Render every table in docs/ that has a committed source file, from that file, into its marked place.
+
+A docs table with a source sits between ``<!-- table: NAME -->`` and ``<!-- /table -->``; :data:`TABLES` maps
+NAME to the doc, the source files (JSON under ``benchmarks/results/`` or ``docs/data/``) and the function that
+renders them. ``tests/test_docs_tables.py`` re-renders every table and compares, so a number in a marked
+table cannot drift from its file. Sources are read with ``json.loads`` only; nothing in them is called.
+
+Usage:
+    python tools/make_docs_tables.py          # rewrite the marked tables in place
+    python tools/make_docs_tables.py --check  # exit 1 naming every table that differs from its source
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+MARKER = re.compile(r"<!-- table: (?P<name>[a-z0-9_]+) -->\n(?P<body>.*?)<!-- /table -->", re.S)
+
+
+@dataclass(frozen=True)
+class Table:
+    doc: str
+    sources: tuple[str, ...]
+    render: Callable[..., str]
+
+
+def load(path: str) -> Any:
+    return json.loads((ROOT / path).read_text())
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def number(value: Any, digits: int) -> str:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return "--"
+    return f"{value:.{digits}f}"
+
+
+# ------------------------------------------------------------------ inversion attacks (docs/inversion-attacks.md)
+
+INVERSION = "benchmarks/results/inversion_reproduction.json"
+PAPER = "docs/data/qgi_rgi_paper.json"
+# metric, label, format of one value
+TABLE1_ROWS = (
+    ("rgb_psnr_y", "RGB PSNR, Y (dB)", "{:.1f}"), ("rgb_ssim_y", "RGB SSIM, Y", "{:.2f}"),
+    ("depth_psnr", "depth PSNR (dB, range 10 m)", "{:.1f}"), ("depth_ssim", "depth SSIM", "{:.2f}"),
+    ("bbox_iou", "target box IoU", "{:.2f}"), ("action_accuracy", "action accuracy", "{:.0%}"),
+    ("q_value_rel_error", "predicted Q error (%)", "sig"), ("q_target_rel_error", "target Q error (%)", "sig"),
+    ("return_abs_error", "return abs. error", "sig"),
+)
+
+
+def _fmt(fmt: str, value: float) -> str:
+    """``fmt.format(value)``; ``"sig"``: three significant digits from 1 up, two below (errors near 0)."""
+    if fmt != "sig":
+        return fmt.format(value)
+    return f"{value:.3g}" if abs(value) >= 1 else f"{value:.2g}"
+
+
+def _cell(metric: dict | None, fmt: str, ci: bool = True) -> str:
+    if metric is None:
+        return "--"
+    mean, control = metric.get("mean"), metric.get("control")
+    if not isinstance(mean, (int, float)):
+        return "--"
+    text = "100 (capped)" if fmt == "{:.1f}" and mean >= 100 else _fmt(fmt, mean)
+    low, high = (metric.get("ci") or [None, None])[:2]
+    if ci and isinstance(low, (int, float)) and isinstance(high, (int, float)) and _fmt(fmt, low) != _fmt(fmt, high):
+        text += f" [{_fmt(fmt, low)}, {_fmt(fmt, high)}]"
+    if isinstance(control, (int, float)):
+        text += f" (ctl {_fmt(fmt, control)})"
+    return text
+
+
+def inversion_table1(runs: dict, paper: dict) -> str:
+    runs = runs["runs"]
+    columns = [("paper QGI (S1)", paper["QGI"]), ("ours QGI, Adam stage 1", runs["qgi12"]),
+               ("ours QGI, closed-form stage 1", runs["qgi12_cf"]), ("paper RGI (S1)", paper["RGI"]),
+               ("ours RGI, Adam stage 1", runs["rgi12"]), ("ours RGI, closed-form stage 1", runs["rgi12_cf"])]
+    rows = []
+    for metric, label, fmt in TABLE1_ROWS:
+        row = [label]
+        for _, source in columns:
+            if "metrics" in source:
+                row.append(_cell(source["metrics"].get(metric), fmt))
+            else:
+                row.append(str(source.get(metric, "--")))
+        rows.append(row)
+    rows.append(["frames / failed"] + [str(s.get("n_frames", "--")) if "metrics" not in s
+                                        else f"{s['n_frames']} / {s['n_failed']}" for _, s in columns])
+    rows.append(["attack ms per frame (1 thread)"] + [
+        "--" if "metrics" not in s else number(s.get("ms_per_frame"), 0) for _, s in columns])
+    return markdown(["metric (paper protocol)"] + [c for c, _ in columns], rows)
+
+
+ABLATION = (("qgi", "QGI (surrogate, two-stage, Adam)", "--"),
+            ("qgi_cf", "QGI, closed-form stage 1", "`-A linear_solver=closed_form`"),
+            ("qgi_original", "original objective (rule action, TD target optimised jointly, cosine) = paper's "
+                             "\"based on inverting\"", "`-A objective=original`"),
+            ("qgi_joint", "joint optimisation of box, depth, RGB", "`-A stages=joint`"),
+            ("ig_dqn", "`inverting_gradients` (quick)", "--"), ("idlg_dqn", "`idlg` (quick)", "--"),
+            ("dlg_dqn", "`dlg` (quick)", "--"))
+
+
+def inversion_ablation(runs: dict) -> str:
+    runs = runs["runs"]
+    rows = []
+    for key, label, flags in ABLATION:
+        m = runs[key]["metrics"]
+        cells = [_cell(m.get(metric), fmt, False) for metric, fmt in (
+            ("rgb_psnr_y", "{:.1f}"), ("depth_psnr", "{:.1f}"), ("bbox_iou", "{:.2f}"), ("action_accuracy", "{:.0%}"),
+            ("q_value_rel_error", "sig"), ("q_target_rel_error", "sig"))]
+        rows.append([label, flags, *cells])
+    return markdown(["variant", "command flags", "RGB Y PSNR", "depth PSNR", "box IoU", "action accuracy",
+                     "predicted Q error %", "target Q error %"], rows)
+
+
+# ------------------------------------------------------------------ TSP (docs/tsp.md)
+
+TSP = "benchmarks/results/tsp_eval.json"
+TSP_COLUMNS = (("action_accuracy", "actions"), ("ate", "ATE"), ("ate_aligned", "ATE aligned"),
+               ("hausdorff", "Hausdorff"), ("hausdorff_aligned", "Hausdorff aligned"),
+               ("frechet_aligned", "Frechet aligned"), ("dtw_error_aligned", "DTW aligned"),
+               ("keypoint_hit_rate_aligned", "key points aligned"), ("room_sequence_accuracy_aligned", "rooms aligned"))
+
+
+def tsp_results(table: dict) -> str:
+    rows = []
+    for label, run in table.items():
+        cells = []
+        for metric, _ in TSP_COLUMNS:
+            m = run["metrics"].get(metric)
+            control = (m or {}).get("control") or {}
+            cells.append("--" if m is None else f"{number(m.get('mean'), 2)} ({number(control.get('mean'), 2)})")
+        rows.append([label, *cells, number(run.get("ms_per_frame"), 1), number(run.get("fit_seconds"), 0)])
+    return markdown(["run", *(label for _, label in TSP_COLUMNS), "ms/step", "fit s"], rows)
+
+
+# ------------------------------------------------------------------ TRACE (docs/trace.md)
+
+TRACE_STEPS = "docs/trace_per_timestep.json"
+
+
+def trace_per_timestep(data: dict) -> str:
+    rows = []
+    for victim, attacks in data.items():
+        for attack, curve in attacks.items():
+            name = "`trace` control" if attack == "trace_control" else f"`{attack}`"
+            rows.append([victim.upper(), name, *(number(v, 2) for v in curve["mean"])])
+    steps = max(len(curve["mean"]) for attacks in data.values() for curve in attacks.values())
+    return markdown(["victim", "attack", "t=1", *(str(t) for t in range(2, steps + 1))], rows)
+
+
+# ------------------------------------------------------------------ registry
+
+TABLES: dict[str, Table] = {
+    "inversion_table1": Table("docs/inversion-attacks.md", (INVERSION, PAPER), inversion_table1),
+    "inversion_ablation": Table("docs/inversion-attacks.md", (INVERSION,), inversion_ablation),
+    "tsp_results": Table("docs/tsp.md", (TSP,), tsp_results),
+    "trace_per_timestep": Table("docs/trace.md", (TRACE_STEPS,), trace_per_timestep),
+}
+
+
+def render(name: str) -> str:
+    table = TABLES[name]
+    return table.render(*(load(path) for path in table.sources))
+
+
+def rewrite(text: str, doc: str) -> tuple[str, list[str]]:
+    """``text`` with every marked table re-rendered, and the problems found (unknown or misplaced names)."""
+    problems: list[str] = []
+
+    def replace(match: re.Match) -> str:
+        name = match["name"]
+        if name not in TABLES:
+            problems.append(f"{doc}: unknown table {name!r} (known: {', '.join(TABLES)})")
+            return match[0]
+        if TABLES[name].doc != doc:
+            problems.append(f"{doc}: table {name!r} belongs in {TABLES[name].doc}")
+            return match[0]
+        return f"<!-- table: {name} -->\n{render(name)}<!-- /table -->"
+
+    return MARKER.sub(replace, text), problems
+
+
+def check() -> list[str]:
+    """Every problem: a registered table missing from its doc, an unknown marker, a table differing from its
+    source."""
+    problems = []
+    docs = {t.doc for t in TABLES.values()} | {str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")}
+    for doc in sorted(docs):
+        text = (ROOT / doc).read_text()
+        found = [m["name"] for m in MARKER.finditer(text)]
+        for name, table in TABLES.items():
+            if table.doc == doc and found.count(name) != 1:
+                problems.append(f"{doc}: table {name!r} appears {found.count(name)} times, expected once")
+        new, issues = rewrite(text, doc)
+        problems += issues
+        for match_old, match_new in zip(MARKER.finditer(text), MARKER.finditer(new)):
+            if match_old[0] != match_new[0]:
+                sources = ", ".join(TABLES[match_old["name"]].sources)
+                problems.append(f"{doc}: table {match_old['name']!r} differs from its source ({sources}); "
+                                "run python tools/make_docs_tables.py")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only compare; exit 1 if any table differs")
+    args = parser.parse_args(argv)
+    if args.check:
+        problems = check()
+        print("\n".join(problems) or "every docs table matches its source")
+        return 1 if problems else 0
+    for doc in sorted({t.doc for t in TABLES.values()}):
+        path = ROOT / doc
+        new, problems = rewrite(path.read_text(), doc)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        path.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
