@@ -1,15 +1,24 @@
 """Episode datasets: the fixed held-out (and train/val) episodes, generated deterministically by a victim
-checkpoint acting in a split's layouts, stored as HDF5 (no pickle), identified by a content sha256.
+checkpoint acting in a split's layouts, stored as HDF5 (no pickle).
 
-The sha256 covers the dataset's metadata and every array's name, dtype, shape and bytes in a fixed order,
-so it does not depend on HDF5's file layout. Gradients are not stored: they are a pure function of the
-checkpoint, the loss and a step, and are recomputed by :mod:`gradleak_bench.stream`.
+A dataset has two hashes with different jobs:
+
+* its **identity** (:mod:`gradleak_bench.split_identity`): exact, discrete content -- config, checkpoint
+  weights, loss, episode ids, layouts, seeds, executed actions, field shapes -- the same on every CPU. The
+  official split is the one whose identity the manifest records, with its float fields within the recorded
+  fingerprints' tolerance; its actions are replayed from the split record, never re-sampled.
+* its **content sha256**: every array's bytes, so it also changes with float last bits. It guards the local
+  file against corruption and editing, and identifies it only on the machine that wrote it.
+
+Gradients are not stored: they are a pure function of the checkpoint, the loss and a step, and are
+recomputed by :mod:`gradleak_bench.stream`.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -20,8 +29,8 @@ import gymnasium as gym
 import h5py
 import numpy as np
 
-from gradleak_bench import splits
-from gradleak_bench.errors import ChecksumMismatchError, CorruptFileError
+from gradleak_bench import split_identity, splits
+from gradleak_bench.errors import ChecksumMismatchError, CorruptFileError, SplitMismatchError
 from gradleak_bench.paths import cache_dir
 from gradleak_bench.records import Episode
 from gradleak_bench.tasks import get_task, step_truth
@@ -29,7 +38,7 @@ from gradleak_bench.victims.checkpoint import LoadedVictim, load_victim
 from gradleak_bench.victims.policies import PolicyActor, single_thread
 from gradleak_bench.victims.targets import loss_targets, stack_obs
 
-FORMAT = "gradleak-bench-episodes/1"
+FORMAT = "gradleak-bench-episodes/2"  # /2: the split identity is stored beside the content sha256
 
 
 @dataclass(frozen=True)
@@ -86,25 +95,29 @@ def episode_seed(seed: int, layout_id: int, index: int) -> int:
 
 
 def generate_episode(env: gym.Env, victim: LoadedVictim, layout_id: int, seed: int, length: int,
-                     episode_id: str) -> Episode:
-    """One episode of at most ``length`` steps of the victim acting in ``layout_id``."""
+                     episode_id: str, actions: tuple[int, ...] | None = None) -> Episode:
+    """One episode of at most ``length`` steps of the victim acting in ``layout_id``.
+
+    ``actions``: the executed actions to replay (an official split's record) instead of sampling them from
+    the policy, so another CPU whose policy rounds differently still runs the same episode. The episode ends
+    where the recorded one ended, or earlier if the environment ends it (a difference reported later)."""
     task = get_task(victim.spec.task)
     actor = PolicyActor(victim.policy, victim.spec.algo, victim.spec.exploration_eps)
     rng = np.random.default_rng(seed)
     obs, info = env.reset(seed=seed, options={"layout_id": layout_id})
-    steps, observations, actions, rewards = [], [], [], []
+    steps, observations, executed, rewards = [], [], [], []
     terminated = False
-    for _ in range(length):
+    for t in range(length if actions is None else min(length, len(actions))):
         steps.append(step_truth(task.obs_fields, task.info_fields, obs, info))
         observations.append(obs)
-        action = actor.act(obs, rng)
+        action = actor.act(obs, rng) if actions is None else int(actions[t])
         obs, reward, terminated, truncated, info = env.step(action)
-        actions.append(action)
+        executed.append(action)
         rewards.append(reward)
         if terminated or truncated:
             break
     arrays = {k: np.stack([s[k] for s in steps]) for k in steps[0]}
-    arrays["action"] = np.asarray(actions, dtype=np.int64)
+    arrays["action"] = np.asarray(executed, dtype=np.int64)
     arrays["reward"] = np.asarray(rewards, dtype=np.float32)
     arrays.update(loss_targets(victim.policy, victim.spec.loss, stack_obs(observations), arrays["action"],
                                arrays["reward"], bool(terminated), obs))
@@ -120,22 +133,34 @@ def plan(config: DatasetConfig) -> list[tuple[str, int, int]]:
     ]
 
 
+def recorded_actions(config: DatasetConfig) -> dict[str, tuple[int, ...]]:
+    """The executed actions of every episode of an official split (empty for any other config): generation
+    replays them, so the episodes do not depend on how this CPU rounds the policy's probabilities."""
+    record = splits.split_record(config.key, config.manifest)
+    return {} if record is None else {e.episode_id: e.actions for e in record.episodes}
+
+
 def generate(config: DatasetConfig, progress: bool = True, limit: int | None = None,
-             executor: Any = None) -> list[Episode]:
+             executor: Any = None, replay: bool = True) -> list[Episode]:
     """All episodes of ``config``, or its first ``limit`` (deterministic: the same config gives the same arrays,
     whichever executor generated them)."""
-    return list(iter_generate(config, progress, limit, executor))
+    return list(iter_generate(config, progress, limit, executor, replay))
 
 
 def iter_generate(config: DatasetConfig, progress: bool = True, limit: int | None = None,
-                  executor: Any = None) -> Iterator[Episode]:
+                  executor: Any = None, replay: bool = True) -> Iterator[Episode]:
     """The episodes of ``config`` in canonical order, generated one layout per unit on ``executor`` (an
-    :mod:`gradleak_bench.executors` executor; default: in this process) and yielded as they are ready."""
+    :mod:`gradleak_bench.executors` executor; default: in this process) and yielded as they are ready.
+
+    An official split replays its recorded actions; ``replay=False`` samples them from the policy instead
+    (what the maintainer does once to record a split: tools/publish_zoo.py)."""
     from itertools import groupby
 
     from tqdm.auto import tqdm
 
-    units = [list(group) for _, group in groupby(plan(config)[:limit], key=lambda entry: entry[1])]
+    recorded = recorded_actions(config) if replay else {}
+    units = [[(e, layout, seed, recorded.get(e)) for e, layout, seed in group]
+             for _, group in groupby(plan(config)[:limit], key=lambda entry: entry[1])]
     worker = LayoutWorker(config)
     bar = tqdm(total=sum(len(u) for u in units), desc=f"generate {config.key}", disable=not progress)
     try:
@@ -150,8 +175,9 @@ def iter_generate(config: DatasetConfig, progress: bool = True, limit: int | Non
 
 
 class LayoutWorker:
-    """The generation unit: ``worker([(episode_id, layout_id, seed), ...]) -> [Episode, ...]`` for the
-    episodes of one layout. Keeps its victim and environment between calls in the same process."""
+    """The generation unit: ``worker([(episode_id, layout_id, seed, recorded actions or None), ...]) ->
+    [Episode, ...]`` for the episodes of one layout. Keeps its victim and environment between calls in the
+    same process."""
 
     def __init__(self, config: DatasetConfig):
         self.config = config
@@ -160,7 +186,7 @@ class LayoutWorker:
     def __getstate__(self) -> dict[str, Any]:
         return {"config": self.config, "_state": None}
 
-    def __call__(self, unit: list[tuple[str, int, int]]) -> list[Episode]:
+    def __call__(self, unit: list[tuple[str, int, int, tuple[int, ...] | None]]) -> list[Episode]:
         if self._state is None:
             victim = load_victim(self.config.task, self.config.victim, self.config.checkpoint)
             env = gym.make(get_task(self.config.task).gym_id, layouts=self.config.split,
@@ -168,8 +194,9 @@ class LayoutWorker:
             self._state = (victim, env)
         victim, env = self._state
         with single_thread():
-            return [generate_episode(env.unwrapped, victim, layout, seed, self.config.sequence_length, episode_id)
-                    for episode_id, layout, seed in unit]
+            return [generate_episode(env.unwrapped, victim, layout, seed, self.config.sequence_length, episode_id,
+                                     actions)
+                    for episode_id, layout, seed, actions in unit]
 
     def close(self) -> None:
         if self._state is not None:
@@ -188,79 +215,115 @@ class LayoutWorker:
 
 def content_sha256(meta: dict[str, Any], episodes: Iterable[Episode]) -> str:
     """sha256 of the metadata and of every episode, streamed; episodes must come sorted by id."""
-    digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode())
-    last = ""
+    digest = _StreamingDigest(meta)
     for ep in episodes:
-        if ep.episode_id <= last:
+        if not digest.update(ep):
             raise ValueError("content_sha256 needs the episodes sorted by episode_id")
-        last = ep.episode_id
-        digest.update(f"{ep.episode_id}|{ep.layout_id}|{ep.seed}".encode())
-        for name in sorted(ep.steps):
-            arr = np.ascontiguousarray(ep.steps[name])
-            digest.update(f"|{name}|{arr.dtype.str}|{arr.shape}|".encode())
-            digest.update(arr.tobytes())
     return digest.hexdigest()
 
 
+def identity_header(config: DatasetConfig) -> dict[str, Any]:
+    """The config-level part of a dataset's identity: the config, the checkpoint's weight-file sha256 (None
+    for an ``init`` built from its seed because no file is committed) and the victim's loss spec."""
+    victim = load_victim(config.task, config.victim, config.checkpoint)
+    return {"config": config.to_dict(), "weights_sha256": victim.meta.get("weights_sha256"),
+            "loss": victim.spec.loss.to_dict()}
+
+
 def write(path: Path, config: DatasetConfig, episodes: Iterable[Episode]) -> str:
-    """Write the dataset atomically; returns its content sha256.
+    """Write the dataset atomically; returns its content sha256 (its identity is stored beside it).
 
     A list is hashed in sorted order; any other iterable is streamed (one episode in memory at a time) and
     hashed as it arrives (or read back, sorted, when it did not arrive sorted by id)."""
     meta = {"format": FORMAT, "config": config.to_dict()}
-    streamed = not isinstance(episodes, list)
-    sha = None if streamed else content_sha256(meta, sorted(episodes, key=lambda e: e.episode_id))
-    digest = _StreamingDigest(meta) if streamed else None
+    header = identity_header(config)
+    if isinstance(episodes, list):
+        episodes = sorted(episodes, key=lambda e: e.episode_id)
+    digest, records = _StreamingDigest(meta), []
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with h5py.File(tmp, "w", track_order=True) as f:
-        f.attrs["meta"] = json.dumps(meta, sort_keys=True)
-        if sha is not None:
-            f.attrs["sha256"] = sha
-        group = f.create_group("episodes", track_order=True)
-        for ep in episodes:
-            if digest is not None:
+    try:
+        with h5py.File(tmp, "w", track_order=True) as f:
+            f.attrs["meta"] = json.dumps(meta, sort_keys=True)
+            group = f.create_group("episodes", track_order=True)
+            for ep in episodes:
                 digest.update(ep)
-            g = group.create_group(ep.episode_id)
-            g.attrs["layout_id"], g.attrs["seed"], g.attrs["task"] = ep.layout_id, ep.seed, ep.task
-            for name, arr in ep.steps.items():
-                g.create_dataset(name, data=arr, compression="gzip" if arr.ndim >= 3 else None,
-                                 track_times=False)
-        if digest is not None:
+                records.append(split_identity.episode_record(ep))
+                g = group.create_group(ep.episode_id)
+                g.attrs["layout_id"], g.attrs["seed"], g.attrs["task"] = ep.layout_id, ep.seed, ep.task
+                for name, arr in ep.steps.items():
+                    g.create_dataset(name, data=arr, compression="gzip" if arr.ndim >= 3 else None,
+                                     track_times=False)
             if digest.sorted:
                 sha = digest.hexdigest()
             else:  # came in another order: hash what was written, read back one episode at a time, sorted
                 sha = content_sha256(meta, (_read_episode(group[e], e) for e in sorted(group)))
             f.attrs["sha256"] = sha
-    os.replace(tmp, path)
+            f.attrs["identity"] = split_identity.identity(header, records)
+            f.attrs["identity_header"] = json.dumps(header, sort_keys=True)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # an interrupted write (an exception, Ctrl-C) leaves nothing behind
     return sha
+
+
+def remove_stale_temporaries(path: Path) -> None:
+    """Delete ``.NAME.tmp-PID`` files of ``path`` left by writers that were killed (their PID is gone), so a
+    crashed generation never leaves files that later runs trip on; a live writer's file is left alone."""
+    pattern = re.compile(rf"^\.{re.escape(path.name)}\.tmp-(\d+)$")
+    if not path.parent.is_dir():
+        return
+    for candidate in path.parent.iterdir():
+        match = pattern.match(candidate.name)
+        if match and not _pid_alive(int(match.group(1))):
+            candidate.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 class _StreamingDigest:
     """:func:`content_sha256`, fed one episode at a time (in sorted order)."""
 
     def __init__(self, meta: dict[str, Any]):
-        self.meta = meta
         self._digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode())
         self._last = ""
+        self.sorted = True
 
-    sorted = True
-
-    def update(self, ep: Episode) -> None:
+    def update(self, ep: Episode) -> bool:
+        """Hash ``ep``; False (and nothing more is hashed) once an episode arrives out of order."""
         if ep.episode_id <= self._last:
             self.sorted = False
         if not self.sorted:
-            return
+            return False
         self._last = ep.episode_id
         self._digest.update(f"{ep.episode_id}|{ep.layout_id}|{ep.seed}".encode())
         for name in sorted(ep.steps):
             arr = np.ascontiguousarray(ep.steps[name])
             self._digest.update(f"|{name}|{arr.dtype.str}|{arr.shape}|".encode())
             self._digest.update(arr.tobytes())
+        return True
 
     def hexdigest(self) -> str:
         return self._digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What reading a whole dataset file back establishes."""
+
+    sha256: str
+    identity: str
+    records: tuple[split_identity.EpisodeRecord, ...]
 
 
 @dataclass(frozen=True)
@@ -271,29 +334,59 @@ class EpisodeDataset:
     config: DatasetConfig
     sha256: str
     episode_ids: tuple[str, ...]
+    identity: str = ""
+    identity_header: dict[str, Any] | None = None
 
     def __len__(self) -> int:
         return len(self.episode_ids)
 
     def episode(self, episode_id: str) -> Episode:
-        with h5py.File(self.path, "r") as f:
-            return _read_episode(f["episodes"][episode_id], episode_id)
+        with _reading(self.path):
+            with h5py.File(self.path, "r") as f:
+                return _read_episode(f["episodes"][episode_id], episode_id)
 
     def __iter__(self) -> Iterator[Episode]:
-        with h5py.File(self.path, "r") as f:
-            for episode_id in self.episode_ids:
-                yield _read_episode(f["episodes"][episode_id], episode_id)
+        with _reading(self.path):
+            with h5py.File(self.path, "r") as f:
+                for episode_id in self.episode_ids:
+                    yield _read_episode(f["episodes"][episode_id], episode_id)
 
-    def verify(self) -> str:
-        """Recompute the content sha256; raise if it differs from the one stored in the file."""
+    def verify(self) -> Verified:
+        """Read every episode back (one at a time) and recompute the content sha256 and the identity; raise
+        :class:`ChecksumMismatchError` when either differs from what the file records."""
         meta = {"format": FORMAT, "config": self.config.to_dict()}
-        actual = content_sha256(meta, iter(self))  # one episode in memory at a time
-        if actual != self.sha256:
+        digest, records = _StreamingDigest(meta), []
+        for episode in self:
+            digest.update(episode)
+            records.append(split_identity.episode_record(episode))
+        actual = digest.hexdigest()
+        identity = split_identity.identity(self.identity_header or {}, records)
+        if actual != self.sha256 or identity != self.identity:
+            what = "content sha256" if actual != self.sha256 else "identity"
             raise ChecksumMismatchError(
-                f"{self.path}: content sha256 {actual[:16]}... differs from the recorded {self.sha256[:16]}...: "
-                "the file was modified or is corrupt. Delete it and run `gradleak-bench generate` again."
+                f"{self.path}: its {what} does not match the one recorded in the file: the file was modified or "
+                f"is corrupt. Delete it (rm {self.path}) and run the command again; it will be generated anew."
             )
-        return actual
+        return Verified(actual, identity, tuple(records))
+
+
+class _reading:
+    """Turn h5py's errors on a truncated or bit-flipped file (OSError, a gzip chunk that fails to inflate)
+    into one CorruptFileError that says what to do."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is not None and isinstance(exc, (OSError, KeyError, ValueError, RuntimeError)) \
+                and not isinstance(exc, CorruptFileError):
+            raise CorruptFileError(
+                f"cannot read episode dataset {self.path}: {exc}. The file is truncated or corrupt: delete it "
+                f"(rm {self.path}) and run the command again; it will be generated anew.") from exc
+        return False
 
 
 def _read_episode(group: h5py.Group, episode_id: str) -> Episode:
@@ -302,54 +395,119 @@ def _read_episode(group: h5py.Group, episode_id: str) -> Episode:
                    seed=int(group.attrs["seed"]), steps=steps)
 
 
+class _OlderFormat(CorruptFileError):
+    """A dataset file written by an older gradleak-bench (another FORMAT): regenerated, not an error."""
+
+
 def open_dataset(path: Path) -> EpisodeDataset:
     try:
         with h5py.File(path, "r") as f:
             meta = json.loads(f.attrs["meta"])
             if meta.get("format") != FORMAT:
+                if str(meta.get("format", "")).startswith("gradleak-bench-episodes/"):
+                    raise _OlderFormat(f"{path} was written by another gradleak-bench version "
+                                       f"({meta.get('format')}, this one reads {FORMAT}); generate it again.")
                 raise CorruptFileError(f"{path} is not a gradleak-bench episode file (format {meta.get('format')!r})")
             return EpisodeDataset(Path(path), DatasetConfig(**meta["config"]), str(f.attrs["sha256"]),
-                                  tuple(sorted(f["episodes"].keys())))
+                                  tuple(sorted(f["episodes"].keys())), str(f.attrs["identity"]),
+                                  json.loads(f.attrs["identity_header"]))
+    except CorruptFileError:
+        raise
     except (OSError, KeyError, json.JSONDecodeError, TypeError) as exc:
-        raise CorruptFileError(f"cannot read episode dataset {path}: {exc}. Delete it and generate it again.") from exc
+        raise CorruptFileError(f"cannot read episode dataset {path}: {exc}. Delete it (rm {path}) and run the "
+                               "command again; it will be generated anew.") from exc
 
 
 def default_path(config: DatasetConfig) -> Path:
     return cache_dir() / "datasets" / f"{config.key}.h5"
 
 
-def check_official(dataset: EpisodeDataset) -> bool | None:
-    """True/False when the manifest records a checksum for this config, None when it records none."""
-    official = splits.official_checksum(dataset.config.key, dataset.config.manifest)
-    if official is None:
+def check_official(dataset: EpisodeDataset, verified: Verified | None = None) -> bool | None:
+    """True when ``dataset`` is the official split its config names, None when the manifest records no
+    official split for its config (another seed, split or episode count: an unofficial draw).
+
+    Official means: the same identity (config, checkpoint weights, loss, layouts, seeds, executed actions,
+    field shapes -- all exact) and every float field within its tolerance of the recorded fingerprints.
+    Raises :class:`SplitMismatchError` naming the episodes and fields that differ, and by how much."""
+    record = splits.split_record(dataset.config.key, dataset.config.manifest)
+    if record is None:
         return None
-    if official != dataset.sha256:
-        raise ChecksumMismatchError(
-            f"dataset {dataset.path} ({dataset.config.key}) has sha256 {dataset.sha256[:16]}..., but the split "
-            f"manifest {dataset.config.manifest} records {official[:16]}... for it: the file was made by another "
-            f"code version or changed. Delete it and run `gradleak-bench generate {dataset.config.task} --split "
-            f"{dataset.config.split} --victim {dataset.config.victim} --checkpoint {dataset.config.checkpoint}`."
-        )
+    verified = verified or dataset.verify()
+    differences = _differences(record, dataset.identity_header or {}, verified)
+    if differences:
+        raise SplitMismatchError(_mismatch_message(dataset, record, differences))
     return True
+
+
+def _differences(record: splits.SplitRecord, header: dict[str, Any],
+                 verified: Verified) -> list[split_identity.Difference]:
+    diffs = [split_identity.Difference("(dataset)", key, f"recorded {record.header.get(key)!r}, this one "
+                                       f"{header.get(key)!r}", True)
+             for key in sorted(set(record.header) | set(header)) if record.header.get(key) != header.get(key)]
+    generated = {r.episode_id: r for r in verified.records}
+    for recorded in record.episodes:
+        if recorded.episode_id not in generated:
+            diffs.append(split_identity.Difference(recorded.episode_id, "episode", "missing", True))
+            continue
+        diffs.extend(split_identity.compare(recorded, generated.pop(recorded.episode_id))[0])
+    diffs.extend(split_identity.Difference(e, "episode", "not in the official split", True) for e in sorted(generated))
+    if not diffs and verified.identity != record.identity:  # cannot happen unless the record file was edited
+        diffs.append(split_identity.Difference("(dataset)", "identity", "the record's identity is not its content's",
+                                               True))
+    return diffs
+
+
+def _mismatch_message(dataset: EpisodeDataset, record: splits.SplitRecord,
+                      differences: list[split_identity.Difference]) -> str:
+    shown = "\n  ".join(str(d) for d in differences[:12])
+    more = f"\n  ... and {len(differences) - 12} more" if len(differences) > 12 else ""
+    episodes = len({d.episode_id for d in differences})
+    fields = ", ".join(sorted({d.field for d in differences}))
+    return (
+        f"dataset {dataset.path} is not the official split {dataset.config.key} (identity {record.identity}): "
+        f"{len(differences)} differences in {episodes} episodes, fields {fields}:\n  {shown}{more}\n"
+        "The official episodes are replayed from their recorded actions, so this is another code version, "
+        "checkpoint or loss, or an edited file -- not float rounding (docs/tasks.md, 'Split identity'). "
+        "Check that the installed gradleak-bench matches the manifest (pip install -e . in a clean checkout); "
+        "to score this draw anyway, evaluate with another --dataset-seed (unofficial)."
+    )
 
 
 def load_or_generate(config: DatasetConfig, path: Path | None = None, progress: bool = True,
                      executor: Any = None) -> EpisodeDataset:
-    """Open the dataset of ``config`` from the cache, generating it first when absent (one layout per unit on
-    ``executor``, streamed to disk), and verify its content sha256 (comparing it with the manifest's official
-    one is :func:`check_official`'s job)."""
+    """Open the dataset of ``config`` (from the cache unless ``path`` names a file), generating it first when
+    absent (one layout per unit on ``executor``, streamed to disk), and verify it.
+
+    A cached file written by an older format, or one that is not the official split its config names, is
+    regenerated at most once; if the fresh one is still not official, :class:`SplitMismatchError` says which
+    episodes and fields differ. A file that fails its own content check (edited, truncated, bit-flipped) is
+    never deleted: the error says so and what to do. Comparing with the official split is
+    :func:`check_official`'s job; its verdict on a fresh file is cached here."""
     in_cache = path is None
     path = Path(path) if path else default_path(config)
-    if not path.is_file():
-        write(path, config, iter_generate(config, progress=progress, executor=executor))
-    dataset = open_dataset(path)
-    if dataset.config != config:
-        raise CorruptFileError(f"{path} holds dataset {dataset.config.key}, not {config.key}")
-    dataset.verify()
-    official = splits.official_checksum(config.key, config.manifest)
-    if in_cache and official is not None and official != dataset.sha256:
-        # A cache left by an older code version: regenerate it once; check_official judges the new one.
-        warnings.warn(f"cached dataset {path} predates the official split; regenerating it", stacklevel=2)
-        path.unlink()
-        return load_or_generate(config, None, progress, executor)
-    return dataset
+    for attempt in (1, 2):
+        regenerated = not path.is_file()
+        if regenerated:
+            write(path, config, iter_generate(config, progress=progress, executor=executor))
+        try:
+            dataset = open_dataset(path)
+        except _OlderFormat:
+            if not in_cache or attempt == 2:
+                raise
+            path.unlink()
+            continue
+        if dataset.config != config:
+            raise CorruptFileError(f"{path} holds dataset {dataset.config.key}, not {config.key}. Move it away or "
+                                   f"generate {config.key} into another folder.")
+        verified = dataset.verify()
+        try:
+            check_official(dataset, verified)
+        except SplitMismatchError:
+            if regenerated or not in_cache or attempt == 2:
+                raise
+            warnings.warn(f"cached dataset {path} is not the official split {config.key} (made by another code "
+                          "version?); generating it again once", stacklevel=2)
+            path.unlink()
+            continue
+        return dataset
+    raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover

@@ -32,6 +32,11 @@ class ChecksumMismatchError(GradleakError):
     """A dataset whose content hash differs from the one the split manifest records."""
 
 
+class SplitMismatchError(ChecksumMismatchError):
+    """A dataset that claims a standard split's config but is not its episodes: another identity (actions,
+    layouts, seeds, checkpoint, loss) or float fields beyond the recorded fingerprints' tolerance."""
+
+
 class CorruptFileError(GradleakError):
     """A checkpoint, dataset or result file that cannot be read as what it claims to be."""
 

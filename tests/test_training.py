@@ -31,6 +31,9 @@ def test_training_writes_a_loadable_checkpoint_and_resumes_without_recounting():
 
 
 def test_the_published_init_checkpoint_is_the_seeded_initialisation():
+    """The committed init weights *are* the checkpoint (their sha256 is in the split identity); a fresh seeded
+    initialisation on this CPU agrees with them to float rounding (another CPU's kernels differ in the last
+    bits: 1.7e-7 was measured on an AVX-512 Xeon), never bit for bit."""
     import torch
 
     from gradleak_bench.victims.policies import build_policy
@@ -40,4 +43,4 @@ def test_the_published_init_checkpoint_is_the_seeded_initialisation():
         pytest.skip("no init checkpoint is published (tools/publish_zoo.py)")
     loaded = load_victim("PointNav", "ppo_compact", "init").policy.state_dict()
     for name, value in build_policy(spec).state_dict().items():
-        torch.testing.assert_close(loaded[name], value, rtol=0, atol=0)
+        torch.testing.assert_close(loaded[name], value, rtol=1e-5, atol=1e-6)

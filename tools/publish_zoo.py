@@ -1,12 +1,13 @@
 """Maintainer tool: publish the victim zoo and the official dataset checksums.
 
-1. Writes every victim's ``init`` checkpoint and copies its trained checkpoint (from the training cache,
+1. Writes every victim's ``init`` checkpoint (once: a committed one is kept) and copies its trained checkpoint (from the training cache,
    `gradleak-bench train-victim`) into ``envs/checkpoints/<task>/<victim>/``, so users load exactly the
    committed weights whatever their torch version's initialisation.
 2. Generates every standard held-out dataset (test split, 4 episodes per layout, seed 0) for every victim
-   and checkpoint available, and records its content sha256 in ``envs/splits/v0.json`` under ``datasets``.
+   and checkpoint available, and records its identity in ``envs/splits/v0.json`` under ``datasets`` and its
+   episodes (executed actions, float fingerprints) in ``envs/splits/v0/<key>.json`` (docs/tasks.md).
 
-Run: python tools/publish_zoo.py [--skip-checkpoints] [--split test-full --task PointNav]
+Run: python tools/publish_zoo.py [--skip-checkpoints] [--split test-full --task PointNav] [--resample]
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from gradleak_bench import dataset as datasets
 from gradleak_bench import splits
-from gradleak_bench.victims.checkpoint import cached_dir, load_victim, packaged_dir, save_checkpoint
+from gradleak_bench.victims.checkpoint import cached_dir, packaged_dir, save_checkpoint
 from gradleak_bench.victims.policies import build_policy
 from gradleak_bench.victims.zoo import VICTIMS
 
@@ -28,7 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def publish_checkpoints() -> None:
     for spec in VICTIMS.values():
         target = ROOT / "envs" / "checkpoints" / spec.task / spec.name
-        save_checkpoint(build_policy(spec), spec, "init", target, {"note": "seeded initialisation"})
+        # A committed init is never rewritten: on another CPU the seeded initialisation differs in the last
+        # bits, and the committed file *is* the checkpoint (its sha256 is part of the split identity).
+        if not (target / "init.safetensors").is_file():
+            save_checkpoint(build_policy(spec), spec, "init", target, {"note": "seeded initialisation"})
         source = cached_dir(spec)
         if (source / "trained.safetensors").is_file():
             for suffix in ("safetensors", "json"):
@@ -38,12 +42,16 @@ def publish_checkpoints() -> None:
             print(f"published {spec.key} init (no trained checkpoint in {source})")
 
 
-def record_checksums(split: str = "test", tasks: tuple[str, ...] | None = None) -> None:
-    """Record the sha256 of the standard datasets of ``split`` (``test`` or ``test-full``) for every victim of
-    ``tasks`` (default: all), keeping the manifest's other entries."""
+def record_splits(split: str = "test", tasks: tuple[str, ...] | None = None, resample: bool = False) -> None:
+    """Record the official datasets of ``split`` (``test`` or ``test-full``) for every victim of ``tasks``
+    (default: all): the identity in ``envs/splits/v0.json`` and the episode record (executed actions, float
+    fingerprints) in ``envs/splits/v0/<key>.json``. A split already recorded replays its actions unless
+    ``resample`` (a new split: actions sampled from the policy on this machine)."""
     manifest_file = Path(splits.manifest_path())
     manifest = json.loads(manifest_file.read_text())
     recorded = dict(manifest.get("datasets", {}))
+    records_dir = manifest_file.parent / splits.MANIFEST_VERSION
+    records_dir.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for spec in VICTIMS.values():
             if tasks and spec.task not in tasks:
@@ -51,13 +59,31 @@ def record_checksums(split: str = "test", tasks: tuple[str, ...] | None = None) 
             for checkpoint in ("init", "trained"):
                 if checkpoint == "trained" and not (packaged_dir(spec) / "trained.safetensors").is_file():
                     continue
-                load_victim(spec.task, spec.name, checkpoint)
                 config = datasets.standard_config(spec.task, spec.name, checkpoint, split)
-                sha = datasets.write(Path(tmp) / f"{config.key}.h5", config, datasets.generate(config, progress=False))
-                recorded[config.key] = sha
-                print(f"{config.key}: {sha}")
+                path = Path(tmp) / f"{config.key}.h5"
+                datasets.write(path, config, datasets.iter_generate(config, progress=True, replay=not resample))
+                ds = datasets.open_dataset(path)
+                verified = ds.verify()
+                record = {
+                    "format": splits.RECORD_FORMAT, "key": config.key, "identity": verified.identity,
+                    "header": ds.identity_header, "recorded_on": recording_machine(),
+                    "episodes": [r.to_json() for r in verified.records],
+                }
+                (records_dir / f"{config.key}.json").write_text(json.dumps(record, separators=(",", ":")) + "\n")
+                recorded[config.key] = verified.identity
+                print(f"{config.key}: identity {verified.identity}")
     manifest["datasets"] = dict(sorted(recorded.items()))
     manifest_file.write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def recording_machine() -> dict[str, str]:
+    """Where a split was recorded (informative: the identity does not depend on it)."""
+    import platform
+
+    import torch
+
+    return {"machine": platform.machine(), "processor": platform.processor() or "",
+            "torch": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def main() -> None:
@@ -65,11 +91,14 @@ def main() -> None:
     parser.add_argument("--skip-checkpoints", action="store_true")
     parser.add_argument("--split", default="test", help="test (default) or test-full (issue 6's full episodes)")
     parser.add_argument("--task", action="append", help="only this task's victims (repeatable)")
+    parser.add_argument("--resample", action="store_true",
+                        help="sample the actions anew instead of replaying a recorded split (a new split)")
     args = parser.parse_args()
     if not args.skip_checkpoints:
         publish_checkpoints()
     splits.manifest.cache_clear()
-    record_checksums(args.split, tuple(args.task or ()))
+    splits.split_record.cache_clear()
+    record_splits(args.split, tuple(args.task or ()), args.resample)
 
 
 if __name__ == "__main__":
