@@ -12,6 +12,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gradleak_bench.errors import GradleakError
@@ -31,6 +32,22 @@ app = typer.Typer(
 )
 console = Console()
 err_console = Console(stderr=True)
+
+
+@app.callback()
+def _global_options(
+    ctx: typer.Context,
+    threads: Optional[int] = typer.Option(
+        None, "--threads", metavar="N",
+        help="CPU threads for torch (default: 1, or all cores for train-victim/train-defense; docs/evaluate.md)"),
+) -> None:
+    """Options that apply to every command (give them before the command's name)."""
+    from gradleak_bench.threads import apply_threads, check_threads, set_wait_policy
+
+    check_threads(threads)
+    set_wait_policy()  # before anything imports torch: OpenMP reads it once, at load
+    if ctx.invoked_subcommand is not None and "--help" not in sys.argv:
+        apply_threads(threads, ctx.invoked_subcommand)
 
 
 @app.command("list")
@@ -88,10 +105,12 @@ def generate(
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address (HOST:PORT, ray://HOST:10001 or auto; "
                                               "default: start a local Ray instance)"),
 ) -> None:
-    """Generate (or re-verify) an episode dataset and print its sha256 and a summary.
+    """Generate (or re-verify) an episode dataset; print its split identity and a summary.
 
-    The victim checkpoint acts in each layout of the split; the same arguments give byte-identical content
-    on any machine of the same kind, and standard datasets are checked against the split manifest.
+    The victim checkpoint acts in each layout of the split. An official split (seed 0, the standard episodes
+    per layout) replays its recorded actions and is checked against the manifest's identity and float
+    fingerprints, so it verifies on any CPU (docs/tasks.md, "Split identity"); any other draw is unofficial.
+    The last line printed is the full identity.
     """
     import numpy as np
 
@@ -102,7 +121,8 @@ def generate(
     config = datasets.standard_config(task, victim, checkpoint, split, episodes, seed)
     with get_executor(executor, ray_address) as ex:
         ds = datasets.load_or_generate(config, path=out / f"{config.key}.h5" if out else None, executor=ex)
-    official = datasets.check_official(ds)
+    verified = ds.verify()
+    official = datasets.check_official(ds, verified)
     lengths, actions, rewards, layouts, fields = [], [], [], set(), []
     for e in ds:  # streamed: one episode in memory at a time, whatever the dataset's size
         lengths.append(e.length)
@@ -115,15 +135,29 @@ def generate(
     table.add_column("")
     table.add_column("value")
     table.add_row("file", str(ds.path))
-    table.add_row("sha256", ds.sha256)
-    table.add_row("manifest", {True: "matches the official checksum", None: "no official checksum recorded"}[official])
+    table.add_row("identity", ds.identity)
+    table.add_row("content sha256", f"{ds.sha256} (this machine's float bits: local integrity only)")
+    if official:
+        identical = _bit_identical(config, verified)
+        table.add_row("manifest", "the official split" + (", bit-identical to the recording" if identical else
+                      ", float fields within tolerance of the recording (another CPU's rounding)"))
+    else:
+        table.add_row("manifest", "no official split of this config: an unofficial draw")
     table.add_row("episodes x steps", f"{len(lengths)} episodes, {lengths.sum()} steps (length {lengths.min()}-{lengths.max()})")
     table.add_row("layouts", ", ".join(str(x) for x in sorted(layouts)))
     table.add_row("action histogram", str(np.bincount(actions).tolist()))
     table.add_row("episode return", f"mean {rewards.mean():.3f}, min {rewards.min():.3f}, max {rewards.max():.3f}")
     table.add_row("truth fields", ", ".join(fields))
     console.print(table)
-    print(ds.sha256)
+    print(ds.identity)
+
+
+def _bit_identical(config, verified) -> bool:
+    from gradleak_bench import split_identity, splits
+
+    record = splits.split_record(config.key, config.manifest)
+    mine = {r.episode_id: r for r in verified.records}
+    return all(split_identity.compare(r, mine[r.episode_id])[1] for r in record.episodes)
 
 
 @app.command()
@@ -153,8 +187,14 @@ def evaluate(
     resume: bool = typer.Option(True, help="resume an interrupted run of the same config in OUT (--no-resume: start afresh)"),
     gradients: Optional[Path] = typer.Option(None, help="score gradients from this file (gradleak-bench-gradients "
                                              "HDF5, docs/scale-out.md) instead of recomputing them"),
+    unsealed: bool = typer.Option(False, "--unsealed", help="debugging only: run the attack and defense inside the "
+                                  "scorer's process (they could read the truth); marked in results.json, never "
+                                  "submittable"),
 ) -> None:
     """Score an attack on a task's held-out episodes, behind a defense.
+
+    The attack and the defense each run sealed in their own process (an unprivileged user in Linux namespaces,
+    via bubblewrap): they get only what the threat model gives them (docs/evaluate.md).
 
     Writes OUT/results.json (metrics with 95% bootstrap CIs, the control and the leakage = metric - control),
     OUT/episodes.csv (one row per episode), reconstruction pictures when images are reconstructed, and a W&B
@@ -163,8 +203,8 @@ def evaluate(
     Example: gradleak-bench evaluate closed_form --defense topk -D keep=0.1
     """
     from gradleak_bench import plugins
-    from gradleak_bench.runner import EvaluateConfig
-    from gradleak_bench.runner import evaluate as run_evaluate
+    from gradleak_bench.run.config import EvaluateConfig
+    from gradleak_bench.run.evaluation import evaluate as run_evaluate
 
     if wandb not in ("offline", "online", "disabled"):
         raise GradleakError(f"--wandb must be offline, online or disabled, not {wandb!r}")
@@ -173,32 +213,37 @@ def evaluate(
         episodes=episodes, seed=seed, dataset_seed=dataset_seed, attack_params=plugins.parse_params(attack_param),
         defense_params=plugins.parse_params(defense_param), out=str(out), wandb=wandb, control=control,
         metrics=list(metric) or None, executor=executor, ray_address=ray_address, shard_size=shard_size,
-        gradients=str(gradients) if gradients else None,
+        gradients=str(gradients) if gradients else None, sealed=not unsealed,
     )
-    from gradleak_bench.executors import get_executor
+    from gradleak_bench.run.executors import get_executor
 
     with get_executor(executor, ray_address) as ex:  # a missing extra or a bad address fails before any work
         result = run_evaluate(config, resume=resume, executor=ex)
     print_summary(result.summary)
     for row in result.rows:
         if row.status != "ok":
-            err_console.print(f"[red]episode {row.episode_id} failed:[/red] {row.error}")
-    console.print(f"results: {result.out / 'results.json'}")
+            err_console.print(f"episode {row.episode_id} failed: {row.error}", markup=False, highlight=False)
+    console.print(f"results: {result.out / 'results.json'}", soft_wrap=True)
+    for problem in result.problems:
+        err_console.print(f"problem: {problem}", markup=False, highlight=False, soft_wrap=True)
     if result.n_failed:
         err_console.print(f"[red]{result.n_failed} of {len(result.rows)} episodes failed[/red] (rows kept in episodes.csv)")
+    if result.n_failed or result.problems:
         raise typer.Exit(3)
 
 
 def print_summary(summary: dict) -> None:
+    sealed = "" if summary.get("sealed", True) else ", UNSEALED (debugging only)"
     title = (f"{summary['attack']} on {summary['task']} ({summary['checkpoint_id']}), defense {summary['defense']}, "
              f"{summary['split']} split: {summary['n_episodes'] - summary['n_failed']}/{summary['n_episodes']} episodes, "
-             f"{summary['ms_per_frame']:.2f} ms/frame")
+             f"{summary['ms_per_frame']:.2f} ms/frame{sealed}")
     table = Table(title=title)
-    for col in ("metric", "mean [95% CI]", "control", "leakage (metric - control)"):
+    for col in ("metric", "mean [95% CI]", "control", "leakage (metric - control)", "failed frames"):
         table.add_column(col)
     fmt = lambda m: f"{m['mean']:.4g} [{m['ci_low']:.4g}, {m['ci_high']:.4g}]"  # noqa: E731
     for name, m in summary["metrics"].items():
-        table.add_row(name, fmt(m), fmt(m["control"]) if "control" in m else "-", fmt(m["leakage"]) if "leakage" in m else "-")
+        table.add_row(name, fmt(m), fmt(m["control"]) if "control" in m else "-", fmt(m["leakage"]) if "leakage" in m else "-",
+                      str(m.get("failed_frames", 0)))
     console.print(table)
     for note in summary.get("notes", []):
         console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
@@ -222,8 +267,8 @@ def export_gradients(
 ) -> None:
     """Materialise a split's exact per-step gradients as a chunked, compressed HDF5 file (float16 by default)
     that attackers stream minibatches from (GradientFile.batches) and `evaluate --gradients` can score."""
-    from gradleak_bench.executors import get_executor
     from gradleak_bench.gradient_store import export_gradients as export
+    from gradleak_bench.run.executors import get_executor
 
     with get_executor(executor, ray_address) as ex:
         path, sha = export(out, task, victim, checkpoint, split, episodes, seed, dtype, executor=ex,
@@ -312,7 +357,7 @@ def grid(
     Example: gradleak-bench grid -a closed_form -t ActivePerception/dqn_compact --utility-budget 5000 --episodes 12
     """
     from gradleak_bench import plugins
-    from gradleak_bench.grid import STANDARD_SETTINGS, STANDARD_TARGETS, DefenseSetting, GridConfig, run_grid
+    from gradleak_bench.run.grid import STANDARD_SETTINGS, STANDARD_TARGETS, DefenseSetting, GridConfig, run_grid
 
     targets = []
     for t in target:
@@ -378,23 +423,30 @@ def verify(
     entry: Path = typer.Argument(..., help="an entry JSON file under leaderboard/entries"),
     episodes: int = typer.Option(8, help="size of the random subset of held-out episodes to re-run"),
     seed: int = typer.Option(0, help="seed of the subset draw"),
-    attack: Optional[str] = typer.Option(None, help="how to load the attack when the entry's reference does not resolve here"),
+    attack: Optional[str] = typer.Option(
+        None, help="the attack you expect the entry to bind (a name, or path.py:Class with the shipped file's "
+                   "sha256); refused when the entry binds other code"),
     allow_unofficial: bool = typer.Option(
-        False, help="maintainers only: verify an entry whose dataset the manifest records no checksum for"),
+        False, help="maintainers only: verify an entry whose dataset the manifest records no identity for"),
 ) -> None:
-    """Re-run an entry's attack on a seeded random subset of the held-out episodes and check every metric,
-    its control and its leakage against the entry (rule: docs/leaderboard.md). Exit 0 verified, 1 not."""
+    """Re-run an entry's own code on a seeded random subset of the held-out episodes and check every metric,
+    its control, leakage and failed frames against the entry's own per-episode rows (rules:
+    docs/leaderboard.md). Exit 0 verified, 1 not verified, 2 refused before running (impossible values, not the
+    official split, code other than the entry binds)."""
     from gradleak_bench.leaderboard.verify import verify_file
 
     result = verify_file(entry, episodes=episodes, seed=seed, attack=attack, allow_unofficial=allow_unofficial,
                          progress=True)
-    for check in result.checks:
+    for check in result.checks + result.fresh:
         (console if check.ok else err_console).print(check.describe(), markup=False, highlight=False, soft_wrap=True)
+    for note in result.notes:
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
     if not result.ok:
         for problem in result.failures():
-            err_console.print(f"[red]not verified:[/red] {problem}", highlight=False, soft_wrap=True)
+            err_console.print(f"[red]not verified:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
-    console.print(f"[green]verified[/green] {entry} on {len(result.episode_ids)} episodes (seed {seed})", soft_wrap=True)
+    console.print(f"[green]verified[/green] {escape(str(entry))} on {len(result.episode_ids)} episodes (seed {seed})",
+                  soft_wrap=True)
 
 
 @app.command()

@@ -44,6 +44,14 @@ def test_bad_names_exit_2_with_one_clear_message(args, needle):
     assert "Traceback" not in result.stderr + result.stdout
 
 
+@pytest.mark.parametrize("count", ["0", "-2"])
+def test_threads_must_be_positive(count):
+    result = cli("--threads", count, "list")
+    assert result.returncode == 2, result.stderr
+    assert "--threads must be a positive number" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
 def test_generate_then_evaluate_end_to_end(tmp_path):
     gen = cli("generate", "PointNav", "--victim", "ppo_compact", "--episodes", "1", "--out", str(tmp_path / "data"))
     assert gen.returncode == 0, gen.stderr

@@ -68,15 +68,34 @@ def single_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+class _NoOptimizer:
+    """Stands in for the optimiser SB3's policy builder creates: evaluation never steps one, and building
+    the first ``torch.optim.Adam`` of a process imports ``torch._dynamo`` (measured 2.3-3.1 s, over half the
+    fixed cost of a warm ``evaluate``). It draws no random numbers, so the ``init`` weights are unchanged."""
+
+    def __init__(self, params: Any, **_: Any):
+        self.param_groups: list[dict[str, Any]] = []
+
+    def step(self, *_: Any, **__: Any) -> None:
+        raise RuntimeError("this policy was built for evaluation and has no optimiser; training builds its own")
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        return None
+
+
 def build_policy(spec: VictimSpec) -> BasePolicy:
-    """The victim's policy with its seeded ``init`` weights, in evaluation mode on the CPU."""
+    """The victim's policy with its seeded ``init`` weights, in evaluation mode on the CPU.
+
+    The policy has no real optimiser (:class:`_NoOptimizer`); training builds the SB3 model, which makes its
+    own, and copies these weights into it.
+    """
     obs_space, action_space = env_spaces(spec.task, spec.image_size)
     policy_cls = algorithm_class(spec.algo).policy_aliases[spec.policy]
     lr = float(spec.train.hyperparams.get("learning_rate", 3e-4))
+    kwargs = {**resolve_policy_kwargs(spec.policy_kwargs), "optimizer_class": _NoOptimizer}
     with single_thread():
         torch.manual_seed(spec.init_seed)
-        policy = policy_cls(policy_observation_space(obs_space), action_space, lambda _: lr,
-                            **resolve_policy_kwargs(spec.policy_kwargs))
+        policy = policy_cls(policy_observation_space(obs_space), action_space, lambda _: lr, **kwargs)
     return policy.eval()
 
 
