@@ -16,22 +16,28 @@ import numpy as np
 import pytest
 
 from gradleak_bench.errors import CorruptFileError, InvalidGradientError
-from gradleak_bench.run_store import STATE_DIR, AppendLog, RunStore, read_log
-from gradleak_bench.runner import EvaluateConfig, evaluate
+from gradleak_bench.run import EvaluateConfig, evaluate
+from gradleak_bench.run.store import STATE_DIR, AppendLog, RunStore, read_log
 
+# The attack runs sealed: it sees no environment variable and no folder of the test, only its own writable
+# cache (GRADLEAK_BENCH_CACHE inside its process), where the test reads its calls log and sets BLOCK_AT.
 SLOW_ATTACK = textwrap.dedent("""
     import os, time
     from gradleak_bench.baselines.attacks.closed_form import ClosedFormAction
+
+    TAG = "{tag}"
 
     class SlowClosedForm(ClosedFormAction):
         name = "slow_closed_form"
 
         def reconstruct(self, episode, victim):
-            with open(os.environ["CALLS_LOG"], "a") as f:
+            root = os.environ["GRADLEAK_BENCH_CACHE"]
+            with open(os.path.join(root, TAG + "-calls.log"), "a") as f:
                 f.write(episode.key + "\\n")
             # BLOCK_AT=k: the k-th episode announces itself and never returns (the test kills the run there).
-            if episode.key == os.environ.get("BLOCK_AT"):
-                open(os.environ["BLOCKED"], "w").close()
+            block = os.path.join(root, TAG + "-block_at")
+            if os.path.exists(block) and episode.key == open(block).read():
+                open(os.path.join(root, TAG + "-blocked"), "w").close()
                 while True:
                     time.sleep(1)
             return super().reconstruct(episode, victim)
@@ -54,14 +60,21 @@ def _comparable(out):
     return summary, rows, [[c for i, c in enumerate(line) if i != drop] for line in csv]
 
 
-def test_a_sigkilled_run_resumes_to_identical_results(tmp_path):
+def test_a_sigkilled_run_resumes_to_identical_results(tmp_path, cache_dir):
+    from pathlib import Path
+
+    from gradleak_bench.run.sandbox import attacker_cache
+
+    tag = tmp_path.name
     plugin = tmp_path / "slow.py"
-    plugin.write_text(SLOW_ATTACK)
+    plugin.write_text(SLOW_ATTACK.replace("{tag}", tag))
     n = 8
     args = ["evaluate", f"{plugin}:SlowClosedForm", "--victim", "ppo_compact", "--episodes", str(n), "--wandb",
             "disabled", "--defense", "gaussian_noise", "-D", "sigma=0.001"]
-    blocked = tmp_path / "blocked"
-    env = dict(os.environ, CALLS_LOG=str(tmp_path / "calls.log"), BLOCK_AT="episode-0003", BLOCKED=str(blocked))
+    own = attacker_cache()
+    calls_log, blocked = own / f"{tag}-calls.log", own / f"{tag}-blocked"
+    (own / f"{tag}-block_at").write_text("episode-0003")
+    env = dict(os.environ)
     out = tmp_path / "run"
     proc = _cli([*args, "--out", str(out)], env)
     rows_log = out / STATE_DIR / "rows.jsonl"
@@ -75,17 +88,19 @@ def test_a_sigkilled_run_resumes_to_identical_results(tmp_path):
     done_before = len(read_log(rows_log)[0])
     assert 3 <= done_before < n, "the run must be killed part-way"
     assert not (out / "results.json").exists()
-    calls_before = (tmp_path / "calls.log").read_text().splitlines()
+    calls_before = calls_log.read_text().splitlines()
+    (own / f"{tag}-block_at").unlink()
+    assert Path(cache_dir) in own.parents
 
-    resumed = _cli([*args, "--out", str(out)], dict(env, BLOCK_AT=""))
+    resumed = _cli([*args, "--out", str(out)], env)
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
-    calls = (tmp_path / "calls.log").read_text().splitlines()
+    calls = calls_log.read_text().splitlines()
     after = calls[len(calls_before):]
     # finished episodes were not redone; the one killed mid-reconstruct (and the rest) were done once more
     assert sorted(set(after)) == sorted(f"episode-{i:04d}" for i in range(done_before, n))
     assert len(after) == n - done_before
 
-    reference = _cli([*args, "--out", str(tmp_path / "reference")], dict(env, BLOCK_AT=""))
+    reference = _cli([*args, "--out", str(tmp_path / "reference")], env)
     assert reference.wait(timeout=300) == 0
     a, b = _comparable(out), _comparable(tmp_path / "reference")
     assert a == b

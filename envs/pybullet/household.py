@@ -30,8 +30,19 @@ TURN_DEG = 15.0
 LOOK_DEG = 15.0
 
 
+FRESH_LOW, FRESH_HIGH = 2**31, 2**32
+"""Fresh layout ids (:class:`FreshLayoutIds`) lie in [2^31, 2^32): never a manifest id, never a public one."""
+
+
+class FreshLayoutIds(tuple):
+    """Layout ids drawn from a secret seed by the scorer (``gradleak_bench.run.fresh``) to verify an attack on
+    apartments that did not exist when it was written. Only an env given this type accepts them; plain ids
+    and split names keep the manifest's range check."""
+
+
 def resolve_layouts(layouts: str | Sequence[int]) -> tuple[int, ...]:
-    """Layout ids from a split name (``train``, ``val``, ``test``) or an explicit sequence of ids.
+    """Layout ids from a split name (``train``, ``val``, ``test``), an explicit sequence of ids, or
+    :class:`FreshLayoutIds`.
 
     Raises:
         UnknownNameError: For an unknown split name.
@@ -39,6 +50,10 @@ def resolve_layouts(layouts: str | Sequence[int]) -> tuple[int, ...]:
     """
     if isinstance(layouts, str):
         return splits.layouts(layouts)
+    if isinstance(layouts, FreshLayoutIds):
+        if not layouts or not all(isinstance(i, int) and FRESH_LOW <= i < FRESH_HIGH for i in layouts):
+            raise InvalidLayoutError(f"fresh layout ids must be integers in [2^31, 2^32), got {list(layouts)[:4]}")
+        return FreshLayoutIds(layouts)
     ids = []
     for raw in layouts:
         value = int(raw) if isinstance(raw, np.integer) else raw
@@ -137,6 +152,8 @@ class HouseholdEnv(gym.Env):
         if options.get("layout_id") is None:
             return self.layouts[int(self.np_random.integers(len(self.layouts)))]
         raw = options["layout_id"]
+        if isinstance(self.layouts, FreshLayoutIds) and raw in self.layouts:
+            return int(raw)
         layout = splits.check_layout_id(int(raw) if isinstance(raw, np.integer) else raw)
         if layout not in self.layouts:
             raise InvalidLayoutError(

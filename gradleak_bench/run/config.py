@@ -1,0 +1,42 @@
+"""What one evaluation run is (:class:`EvaluateConfig`), recorded in results.json and the W&B config."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """One evaluation run. Every field is recorded in results.json and the W&B config."""
+
+    attack: str
+    task: str = "PointNav"
+    victim: str | None = None
+    checkpoint: str = "init"
+    defense: str = "none"
+    split: str = "test"
+    episodes: int | None = None
+    seed: int = 0
+    # The held-out draw: 0 is the standard split (official when the manifest records its identity); any other
+    # value draws other episode seeds in the same held-out layouts (`generate --seed N`), scored as unofficial.
+    dataset_seed: int = 0
+    # None: the first ``episodes`` (one per layout in turn); an int: a random subset of that size drawn with
+    # this seed, in canonical order (what `gradleak-bench verify` re-runs).
+    sample_seed: int | None = None
+    attack_params: dict[str, Any] = field(default_factory=dict)
+    defense_params: dict[str, Any] = field(default_factory=dict)
+    out: str = "runs/latest"
+    wandb: str = "offline"
+    control: bool = True
+    # Metric or field names to score (None: every metric of the attack's fields); one whose field the attack
+    # does not reconstruct is skipped with a note in results.json (summary["notes"]), not an error.
+    metrics: list[str] | None = None
+    # Where the episode units run (docs/scale-out.md); none of these changes a row or a metric.
+    executor: str = "local"
+    ray_address: str | None = None
+    shard_size: int = 1
+    # A materialised gradient file (gradleak_bench.gradient_store) to score instead of recomputing gradients.
+    gradients: str | None = None
+    # False: plug-ins run inside the scorer's process (debugging only; marked in results.json, never
+    # submittable). True: each plug-in runs in its own isolated process (docs/evaluate.md, "Sealed runs").
+    sealed: bool = True

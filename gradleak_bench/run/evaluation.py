@@ -1,0 +1,431 @@
+"""The run: attack x task x defense x split -> per-episode rows + a summary with 95% CIs -> files, W&B.
+
+Order of a run, which is the point of sealing (docs/evaluate.md): the plug-in processes start first, with
+nothing of the held-out split loaded; then the scorer loads the victim and the truth (or generates fresh
+layouts); each episode's truth is read once and stays in this process; the attack process gets released
+gradients and step indices and answers with plain arrays.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gradleak_bench import dataset as datasets
+from gradleak_bench.errors import GradleakError, PluginContractError, RunStateError
+from gradleak_bench.metrics import MetricSpec, select_metrics
+from gradleak_bench.paths import atomic_write_bytes
+from gradleak_bench.records import TRUTH_FIELDS
+from gradleak_bench.run.config import EvaluateConfig
+from gradleak_bench.run.fresh import FreshLayouts, generate_fresh
+from gradleak_bench.run.pipeline import Context
+from gradleak_bench.run.sandbox import PluginFailure, PluginProcess, isolation
+from gradleak_bench.run.scorer import Controls, EpisodeRow, Reference, summarise_metrics
+from gradleak_bench.run.store import RunStore
+from gradleak_bench.run.victim import check_names, victim_message
+from gradleak_bench.stream.replay import EpisodeGradients
+from gradleak_bench.tasks import get_task
+from gradleak_bench.victims.checkpoint import LoadedVictim, load_victim
+from gradleak_bench.victims.policies import env_spaces
+
+
+@dataclass(frozen=True)
+class RunResult:
+    out: Path
+    summary: dict[str, Any]
+    rows: list[EpisodeRow]
+
+    @property
+    def n_failed(self) -> int:
+        return sum(r.status != "ok" for r in self.rows)
+
+    @property
+    def problems(self) -> list[str]:
+        """Run-level misbehaviour (no metric scored, no finite output at all): the run is not a success."""
+        return list(self.summary.get("problems", []))
+
+
+def select_episodes(dataset: Any, n: int | None, sample_seed: int | None = None) -> list[str]:
+    """The first ``n`` episodes taking one per layout in turn, so a small run still covers every layout; with
+    ``sample_seed``, ``n`` episodes drawn at random with that seed instead (kept in the same order)."""
+    ids = sorted(dataset.episode_ids, key=lambda e: (e.split("-E")[1], e))
+    if n is None or n >= len(ids):
+        return ids
+    if sample_seed is None:
+        return ids[:n]
+    picked = np.random.default_rng(sample_seed).choice(len(ids), size=n, replace=False)
+    return [ids[i] for i in sorted(picked)]
+
+
+def start_plugins(config: EvaluateConfig, hidden: list[Path],
+                  blob: np.ndarray | None = None) -> tuple[PluginProcess, PluginProcess | None]:
+    """The run's plug-in processes (the defense none needs none: it releases the exact gradients)."""
+    attack = PluginProcess("attack", config.attack, dict(config.attack_params), config.sealed, hidden, blob)
+    defense = None
+    if config.defense != "none" or config.defense_params:
+        try:
+            defense = PluginProcess("defense", config.defense, dict(config.defense_params), config.sealed, hidden)
+        except BaseException:
+            attack.close()
+            raise
+    return attack, defense
+
+
+def send_victim(processes: list[PluginProcess | None], victim: LoadedVictim, gradients: Any) -> int:
+    """Give each plug-in process the victim's public info; returns its number of actions."""
+    header, arrays = victim_message(victim, gradients.param_shapes)
+    for proc in processes:
+        if proc is not None:
+            _plugin_step(proc, "load", lambda p=proc: p.description)
+            _plugin_step(proc, "victim", lambda p=proc: p.call("victim", header, arrays))
+    return int(env_spaces(victim.spec.task, victim.spec.image_size)[1].n)
+
+
+def _plugin_step(proc: PluginProcess, what: str, fn: Any) -> Any:
+    try:
+        return fn()
+    except PluginFailure as exc:
+        if exc.is_gradleak:
+            raise GradleakError(exc.message) from None
+        raise GradleakError(f"{proc.kind} {proc.reference!r} failed in {what}: {exc}") from None
+
+
+def make_gradients(config: EvaluateConfig, victim: LoadedVictim) -> Any:
+    """The run's gradient source: recomputed exactly from the victim (default), or read from the
+    materialised gradient file ``config.gradients`` (gradients that come from outside the benchmark)."""
+    if config.gradients:
+        from gradleak_bench.gradient_store import GradientFile
+
+        return GradientFile(config.gradients, victim=victim)
+    return EpisodeGradients(victim.policy, victim.spec.loss, env_spaces(victim.spec.task, victim.spec.image_size)[0])
+
+
+def evaluate(config: EvaluateConfig, progress: bool = True, executor: Any = None, resume: bool = True,
+             fresh_layouts: FreshLayouts | None = None, references: list[Reference] | None = None) -> RunResult:
+    """Run one evaluation and write ``results.json``, ``episodes.csv`` and ``episodes.jsonl`` to ``config.out``.
+
+    ``fresh_layouts`` scores on fresh layouts drawn from a secret seed instead of the split's (generated here
+    after the plug-in processes have started; never written to disk). ``references`` are gradient-free
+    reconstructions scored beside the attack and its control. Resumable (:mod:`gradleak_bench.run.store`);
+    memory stays flat in the number of episodes. Filesystem errors are one message (exit 2), never a
+    traceback, and lose nothing finished.
+    """
+    try:
+        return _evaluate(config, progress, executor, resume, fresh_layouts, list(references or []))
+    except OSError as exc:
+        raise RunStateError(
+            f"cannot write the run to {config.out}: {exc.strerror or exc} ({exc.filename or ''}). Finished episodes "
+            "are kept in its .gradleak-run folder; free space or fix permissions (or pass another --out) and run "
+            "the same command again to resume.") from None
+
+
+def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: bool,
+              fresh: FreshLayouts | None, references: list[Reference]) -> RunResult:
+    from gradleak_bench.paths import cache_dir
+
+    task = get_task(config.task)
+    mechanism = _sealing(config, fresh)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    hidden = [cache_dir(), out.resolve()]
+    attack, defense = start_plugins(config, hidden)  # before any truth is loaded
+    try:
+        victim = load_victim(task.name, config.victim, config.checkpoint)
+        gradients = make_gradients(config, victim)
+        n_actions = send_victim([attack, defense], victim, gradients)
+        fields = _attack_fields(attack)
+        if attack.has("supports"):
+            reason = _plugin_step(attack, "supports", lambda: attack.call("supports")[0]["reason"])
+            if reason:
+                raise GradleakError(f"attack {attack.description['name']!r} does not apply to victim "
+                                    f"{victim.checkpoint_id}: {reason}")
+        if defense is not None and defense.has("check"):  # victim-dependent parameters, before any work
+            _plugin_step(defense, "check", lambda: defense.call("check"))
+        if fresh is not None:
+            dataset, official = generate_fresh(fresh, victim, config.split), False
+        else:
+            ds_config = datasets.standard_config(task.name, victim.spec.name, config.checkpoint, config.split,
+                                                  seed=config.dataset_seed)
+            dataset = datasets.load_or_generate(ds_config, progress=progress)
+            official = datasets.check_official(dataset)
+        if hasattr(gradients, "check_dataset"):  # external gradients must belong to this dataset's episodes
+            gradients.check_dataset(dataset.sha256)
+        episode_ids = select_episodes(dataset, config.episodes, config.sample_seed)
+        metrics, notes = select_metrics(config.metrics, fields, f"attack {attack.description['name']!r}")
+        if not metrics:
+            raise GradleakError(f"nothing to score: no metric scores the fields {list(fields)} that attack "
+                                f"{attack.description['name']!r} reconstructs (metrics asked: {config.metrics})")
+        rng = np.random.default_rng(config.seed)
+        seeds = [int(rng.integers(2**63)) for _ in episode_ids]  # the defense's, in canonical order
+        context = Context(dataset, gradients, metrics, attack, defense, config.defense, n_actions, references)
+        run = _Run(config, context, dataset, episode_ids, seeds, out, fresh, mechanism, hidden)
+        store = run.compute(executor, resume, progress)
+        try:
+            guarantees = _guarantees(defense, n_actions)
+            return run.finish(store, official, victim, guarantees, notes)
+        finally:
+            store.close()
+    finally:
+        attack.close()
+        if defense is not None:
+            defense.close()
+
+
+def _sealing(config: EvaluateConfig, fresh: FreshLayouts | None) -> str | None:
+    if config.sealed:
+        from gradleak_bench.run.sandbox import require_isolation
+
+        return require_isolation(f"the plug-ins of this run ({config.attack}, defense {config.defense})")
+    if fresh is not None:
+        raise GradleakError("fresh-layout scoring is for verification and is always sealed; drop --unsealed")
+    warnings.warn("unsealed run: the plug-ins run inside the scorer's process and could read the truth; the "
+                  "results are marked unsealed and can never be submitted", stacklevel=3)
+    return None
+
+
+def _attack_fields(attack: PluginProcess) -> tuple[str, ...]:
+    fields = check_names(attack.description.get("fields"), f"attack {attack.reference!r}: fields")
+    unknown = [f for f in fields if f not in TRUTH_FIELDS]
+    if unknown or not fields:
+        raise PluginContractError(f"attack {attack.description.get('name')!r} declares fields {unknown or '()'} that no "
+                                  f"task has; the truth fields are {', '.join(TRUTH_FIELDS)} (docs/write-an-attack.md)")
+    return fields
+
+
+def _guarantees(defense: PluginProcess | None, n_actions: int) -> dict[str, float]:
+    """The formal guarantees a defense states for one released step (DP epsilon, the action's local-DP
+    epsilon), recorded in results.json."""
+    if defense is None or not (defense.has("epsilon") or defense.has("action_epsilon")):
+        return {}
+    reply = _plugin_step(defense, "epsilon", lambda: defense.call("guarantees", {"n_actions": n_actions})[0])
+    out = {}
+    for key in ("defense_epsilon", "defense_delta", "defense_action_epsilon"):
+        if key in reply:
+            value = reply[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise PluginContractError(f"defense {defense.reference!r}: {key} is not a number ({value!r})")
+            out[key] = float(value)
+    return out
+
+
+def defense_guarantees(defense: Any, info: Any) -> dict[str, float]:
+    """The formal guarantees of an in-process defense object (used by tools outside a run)."""
+    out = {}
+    if hasattr(defense, "epsilon"):
+        out["defense_epsilon"] = float(defense.epsilon())
+        out["defense_delta"] = float(getattr(defense, "delta", math.nan))
+    if hasattr(defense, "action_epsilon"):
+        out["defense_action_epsilon"] = float(defense.action_epsilon(info.n_actions))
+    return out
+
+
+class _Run:
+    """The units of one run: fit, compute, controls, summary, files."""
+
+    def __init__(self, config: EvaluateConfig, context: Context, dataset: Any, episode_ids: list[str],
+                 seeds: list[int], out: Path, fresh: FreshLayouts | None, mechanism: str | None, hidden: list[Path]):
+        self.config, self.context, self.dataset, self.episode_ids = config, context, dataset, episode_ids
+        self.seeds, self.out, self.fresh, self.mechanism, self.hidden = seeds, out, fresh, mechanism, hidden
+        self.fit_seconds = 0.0
+        self.needs_recon = config.control or config.wandb != "disabled"
+        self.controls = Controls(context.metrics, dataset.episode, lambda e: self.store.reconstruction(e),
+                                 enabled=config.control)
+
+    def key(self) -> str:
+        from gradleak_bench.run.store import file_sha256, fingerprint
+
+        cfg = self.config
+        fields = {k: v for k, v in asdict(cfg).items()
+                  if k not in ("out", "wandb", "control", "executor", "ray_address", "shard_size")}
+        fields.update(attack_file=file_sha256(cfg.attack), defense_file=file_sha256(cfg.defense),
+                      gradients_sha256=getattr(self.context.gradients, "sha256", None),
+                      dataset_sha256=self.dataset.sha256, episode_ids=self.episode_ids, version=_versions(),
+                      fresh=self.fresh.commitment if self.fresh else None,
+                      references=[r.name for r in self.context.references])
+        return fingerprint(fields)
+
+    def compute(self, executor: Any, resume: bool, progress: bool) -> RunStore:
+        """Fit (unless every unit is already done), then the unfinished episode units on the executor, each
+        finished episode recorded in the run folder's store as soon as it arrives."""
+        from gradleak_bench.run.executors import get_executor
+
+        key = self.key()
+        self.store = store = RunStore(self.out, key, {"config": asdict(self.config), "episode_ids": self.episode_ids},
+                                      resume=resume)
+        if store.discarded:
+            warnings.warn(f"{self.out}: not resuming the earlier run there ({store.discarded}); starting fresh",
+                          stacklevel=4)
+        todo = [i for i, e in enumerate(self.episode_ids) if not store.finished(e, self.needs_recon)]
+        self.fit_seconds = store.get("fit_seconds", 0.0)
+        attack = self.context.attack
+        try:
+            if not todo and (store.get("fit_seconds") is not None or not attack.has("fit")):
+                self._feed_finished(todo)
+                return store
+            own = executor is None
+            executor = executor or get_executor(self.config.executor, self.config.ray_address)
+            try:
+                if attack.has("fit"):
+                    self._fit()
+                    store.put("fit_seconds", self.fit_seconds)
+                self._units(todo, key, executor, progress)
+            finally:
+                if own:
+                    executor.shutdown()
+        except BaseException:
+            store.close()  # releases the run folder's lock; everything finished is already on disk
+            raise
+        return store
+
+    def _fit(self) -> None:
+        attack = self.context.attack
+        start = time.perf_counter()
+        try:
+            attack.call("fit")
+        except PluginFailure as exc:  # nothing is scored yet, so the run stops here with the reason
+            if exc.is_gradleak:
+                raise GradleakError(exc.message) from None
+            raise GradleakError(f"attack {attack.description['name']!r} failed in fit(): {exc}") from None
+        self.fit_seconds = time.perf_counter() - start
+
+    def _feed_finished(self, todo: list[int]) -> None:
+        """Rows finished before a resume join the controls at their place in canonical order."""
+        rows, pending = self.store.rows(), set(todo)
+        for i, episode_id in enumerate(self.episode_ids):
+            if i not in pending:
+                self.controls.add(i, EpisodeRow.from_record(rows[episode_id]), None, None)
+
+    def _units(self, todo: list[int], key: str, executor: Any, progress: bool) -> None:
+        from tqdm.auto import tqdm
+
+        from gradleak_bench.run.shards import EpisodeWorker, plan_units
+
+        self._feed_finished(todo)
+        if not todo:
+            return
+        remote = executor.name != "local"
+        if remote and self.fresh is not None:
+            raise GradleakError("fresh-layout scoring runs on the local executor only (its truth never leaves the "
+                                "scorer's process)")
+        blob = None
+        if remote and self.context.attack.has("fit"):
+            blob = _plugin_step(self.context.attack, "export", lambda: self.context.attack.call("export")[1]["blob"])
+        units = plan_units([(i, self.episode_ids[i], self.seeds[i]) for i in todo], self.config.shard_size)
+        worker = EpisodeWorker(self.config, self.dataset.config, self.dataset.sha256, key, self.context, blob,
+                               tuple(str(p) for p in self.hidden))
+        if remote:
+            worker.context = None  # a Ray worker builds its own, with its own sealed plug-in processes
+        index = {e: i for i, e in enumerate(self.episode_ids)}
+        bar = tqdm(total=len(self.episode_ids), initial=len(self.episode_ids) - len(todo), disable=not progress,
+                   desc=f"{self.context.attack_name} x {self.config.defense}")
+        try:
+            for _, results in executor.map_unordered(worker, units):
+                for row_dict, recon, truth in results:
+                    self.store.record(row_dict, recon if self.needs_recon else None)
+                    self.controls.add(index[row_dict["episode_id"]], EpisodeRow.from_record(row_dict), recon, truth)
+                    bar.update(1)
+        finally:
+            bar.close()
+
+    def finish(self, store: RunStore, official: bool | None, victim: LoadedVictim, guarantees: dict[str, float],
+               notes: list[str]) -> RunResult:
+        """Every unit is done: controls, summary, files (each written once), W&B."""
+        records = store.rows()
+        self.controls.finish()
+        scored = {r.episode_id: r for r in self.controls.rows}
+        rows = [scored.get(e) or EpisodeRow.from_record(records[e]) for e in self.episode_ids]
+        summary = self.summarise(rows, official, victim)
+        summary.update(guarantees)
+        if notes:
+            summary["notes"] = notes
+        result = RunResult(self.out, summary, rows)
+        write_results(result)
+        if self.config.wandb != "disabled":
+            from gradleak_bench.records import Reconstruction
+            from gradleak_bench.run.tracking import log_run
+
+            shown = [r.episode_id for r in rows if r.status == "ok"][:4]  # the picture grids show a few episodes
+            recons = {e: Reconstruction(fields=store.reconstruction(e)) for e in shown}
+            log_run(result, self.config, recons, {e: self.dataset.episode(e) for e in shown})
+        return result
+
+    def summarise(self, rows: list[EpisodeRow], official: bool | None, victim: LoadedVictim) -> dict[str, Any]:
+        config, dataset = self.config, self.dataset
+        ok = [r for r in rows if r.status == "ok"]
+        frames = sum(r.length for r in ok)
+        results = summarise_metrics(rows, self.context.metrics, config.seed, config.control)
+        problems = []
+        if ok and not results:
+            problems.append("no metric could be scored on any episode (the attack's fields have no truth here)")
+        for name, m in results.items():
+            if frames and m.failed_frames >= frames:
+                problems.append(f"{name}: every frame failed (missing or non-finite output), each scored the "
+                                "metric's worst value")
+        summary = {
+            "attack": config.attack, "attack_name": self.context.attack_name, "attack_params": config.attack_params,
+            "task": config.task, "victim": victim.spec.name, "checkpoint": config.checkpoint,
+            "checkpoint_id": victim.checkpoint_id, "loss": victim.spec.loss.to_dict(),
+            "defense": config.defense, "defense_params": config.defense_params,
+            "split": config.split, "seed": config.seed, "dataset_seed": config.dataset_seed,
+            "dataset": dataset.config.key, "dataset_sha256": dataset.sha256,
+            "dataset_identity": getattr(dataset, "identity", dataset.sha256), "dataset_official": official,
+            "sealed": config.sealed, "isolation": self.mechanism,
+            "fresh_layouts": None if self.fresh is None else {"n": self.fresh.n, "commitment": self.fresh.commitment},
+            "n_episodes": len(rows), "n_failed": len(rows) - len(ok), "n_frames": frames,
+            "ms_per_frame": (sum(r.attack_ms for r in ok) / frames) if frames else math.nan,
+            "fit_seconds": self.fit_seconds,
+            "n_gradient_parameters": int(sum(np.prod(s) for s in self.context.gradients.param_shapes.values())),
+            "metrics": {name: m.to_dict() for name, m in results.items()},
+            "versions": _versions(),
+        }
+        if problems:
+            summary["problems"] = problems
+        return summary
+
+
+class _Remote:
+    """What a Ray worker's EpisodeWorker needs of the driver's context before it rebuilds its own."""
+
+    def __init__(self, context: Context):
+        self.metrics = context.metrics
+
+
+def _versions() -> dict[str, str]:
+    import stable_baselines3
+    import torch
+
+    import gradleak_bench
+
+    return {"gradleak_bench": gradleak_bench.__version__, "torch": torch.__version__,
+            "stable_baselines3": stable_baselines3.__version__}
+
+
+def write_results(result: RunResult) -> None:
+    """results.json, episodes.csv and episodes.jsonl, each written once, atomically."""
+    import pandas as pd
+
+    flat = [r.flat() for r in result.rows]
+    atomic_write_bytes(result.out / "results.json", json.dumps(result.summary, indent=1, default=float).encode())
+    atomic_write_bytes(result.out / "episodes.jsonl", "".join(json.dumps(r, default=float) + "\n" for r in flat).encode())
+    atomic_write_bytes(result.out / "episodes.csv", pd.DataFrame(flat).to_csv(index=False).encode())
+
+
+class Scorer:
+    """The scorer of one run configuration, for callers that hold it as an object (``verify``).
+
+    It holds the config and the gradient-free references; :meth:`evaluate` starts the sealed plug-in processes,
+    loads (or, with ``fresh_layouts``, generates) the truth in this process and scores. It never imports the
+    plug-ins' code, so calling it in-process is safe from them."""
+
+    def __init__(self, config: EvaluateConfig, references: list[Reference] | None = None):
+        self.config, self.references = config, list(references or [])
+
+    def evaluate(self, fresh_layouts: FreshLayouts | None = None, progress: bool = False, executor: Any = None,
+                 resume: bool = True) -> RunResult:
+        return evaluate(self.config, progress, executor, resume, fresh_layouts, self.references)

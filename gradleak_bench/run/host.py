@@ -1,0 +1,168 @@
+"""The plug-in process: ``python -m gradleak_bench.run.host FD_IN FD_OUT``.
+
+It loads one attack or defense and serves the scorer's requests (:mod:`gradleak_bench.run.wire` messages) for
+a whole run. It is given only what the threat model gives a plug-in: the victim's names and capture weights,
+released gradients with their step indices (attack), the episode's gradients and executed actions (defense:
+it runs on the client), and auxiliary data it generates itself. Every error, ``SystemExit`` included, is sent
+back as a message; the scorer decides what it means.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any
+
+import numpy as np
+
+
+class Host:
+    """The request handlers; ``self.plugin`` is the loaded attack or defense."""
+
+    def __init__(self) -> None:
+        self.plugin: Any = None
+        self.kind = ""
+        self.victim: Any = None
+        self.info: Any = None
+        self.rng: np.random.Generator | None = None
+
+    def load(self, h: dict, a: dict) -> tuple[dict, dict]:
+        from gradleak_bench import plugins
+
+        self.kind = h["kind"]
+        if "blob" in a:  # a fitted attack exported by another plug-in process of this run (Ray workers)
+            import pickle
+
+            self.plugin = pickle.loads(a["blob"].tobytes())
+        else:
+            self.plugin = plugins.load(self.kind, h["reference"], h.get("params") or {})
+        methods = [m for m in ("fit", "supports", "check", "report_actions", "epsilon", "action_epsilon")
+                   if callable(getattr(self.plugin, m, None))]
+        fields = list(getattr(self.plugin, "fields", ()) or ()) if self.kind == "attack" else []
+        return {"name": getattr(self.plugin, "name", "?"), "fields": fields, "methods": methods}, {}
+
+    def victim_(self, h: dict, a: dict) -> tuple[dict, dict]:
+        from gradleak_bench.run.victim import rebuild_victim
+
+        self.victim, self.info = rebuild_victim(h, a)
+        return {}, {}
+
+    def supports(self, h: dict, a: dict) -> tuple[dict, dict]:
+        reason = self.plugin.supports(self.info)
+        return {"reason": None if reason is None else str(reason)}, {}
+
+    def check(self, h: dict, a: dict) -> tuple[dict, dict]:
+        self.plugin.check(self.info)
+        return {}, {}
+
+    def fit(self, h: dict, a: dict) -> tuple[dict, dict]:
+        from gradleak_bench.run.auxiliary import AuxiliaryData
+
+        self.plugin.fit(self.info, AuxiliaryData(self.victim))
+        return {}, {}
+
+    def reconstruct(self, h: dict, a: dict) -> tuple[dict, dict]:
+        from gradleak_bench.records import ObservedEpisode, Reconstruction
+
+        episode = ObservedEpisode(key=str(h["key"]), t=a["t"], gradients=_stream(a))
+        recon = self.plugin.reconstruct(episode, self.info)
+        if not isinstance(recon, Reconstruction):
+            return {"wrong_type": type(recon).__name__}, {}
+        fields = getattr(recon, "fields", None)
+        if not isinstance(fields, dict):
+            return {"wrong_type": f"Reconstruction with fields of type {type(fields).__name__}"}, {}
+        out, bad = {}, {}
+        for name, value in fields.items():
+            array = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
+            if array.dtype.kind not in "biuf":
+                bad[str(name)] = str(array.dtype)
+            else:
+                out[str(name)] = array
+        return {"fields": sorted(out), "bad_dtypes": bad}, out
+
+    def begin(self, h: dict, a: dict) -> tuple[dict, dict]:
+        self.rng = np.random.default_rng(int(h["seed"]))
+        return {}, {}
+
+    def report_actions(self, h: dict, a: dict) -> tuple[dict, dict]:
+        actions = self.plugin.report_actions(a["action"].copy(), int(h["n_actions"]), self.rng)
+        return {}, {"action": np.asarray(actions)}
+
+    def release(self, h: dict, a: dict) -> tuple[dict, dict]:
+        released = self.plugin.release(_stream(a), self.rng)
+        tensors = getattr(released, "tensors", None)
+        if not isinstance(tensors, dict):
+            return {"wrong_type": type(released).__name__}, {}
+        return {}, {f"g/{k}": (v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v))
+                    for k, v in tensors.items()}
+
+    def guarantees(self, h: dict, a: dict) -> tuple[dict, dict]:
+        out: dict[str, Any] = {}
+        if callable(getattr(self.plugin, "epsilon", None)):
+            out["defense_epsilon"] = float(self.plugin.epsilon())
+            out["defense_delta"] = float(getattr(self.plugin, "delta", float("nan")))
+        if callable(getattr(self.plugin, "action_epsilon", None)):
+            out["defense_action_epsilon"] = float(self.plugin.action_epsilon(int(h["n_actions"])))
+        return out, {}
+
+    def export(self, h: dict, a: dict) -> tuple[dict, dict]:
+        import cloudpickle
+
+        module = sys.modules.get(type(self.plugin).__module__)
+        if module is not None and module.__name__.startswith("gradleak_bench_user_plugin_"):
+            cloudpickle.register_pickle_by_value(module)
+        return {}, {"blob": np.frombuffer(cloudpickle.dumps(self.plugin), dtype=np.uint8)}
+
+
+def _stream(arrays: dict) -> Any:
+    import torch
+
+    from gradleak_bench.records import GradientStream
+
+    return GradientStream({k[2:]: torch.from_numpy(v) for k, v in arrays.items() if k.startswith("g/")})
+
+
+def serve(fd_in: int, fd_out: int) -> None:
+    from gradleak_bench.run import wire
+
+    host = Host()
+    handlers = {"load": host.load, "victim": host.victim_, "supports": host.supports, "check": host.check,
+                "fit": host.fit, "reconstruct": host.reconstruct, "begin": host.begin,
+                "report_actions": host.report_actions, "release": host.release, "guarantees": host.guarantees,
+                "export": host.export}
+    while True:
+        try:
+            header, arrays = wire.recv(fd_in)
+        except wire.PeerClosed:
+            return
+        op = header.get("op")
+        if op == "exit":
+            return
+        try:
+            reply, out = handlers[op](header, arrays)
+            wire.send(fd_out, {"ok": True, **reply}, out)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the scorer decides
+            wire.send(fd_out, _error(exc))
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    from gradleak_bench.errors import GradleakError
+
+    if isinstance(exc, SystemExit):
+        return {"ok": False, "type": "SystemExit", "gradleak": False,
+                "error": f"the plug-in called sys.exit({exc.code!r})"}
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" | {frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line}" if frames else ""
+    return {"ok": False, "type": type(exc).__name__, "gradleak": isinstance(exc, GradleakError),
+            "error": str(exc), "where": where}
+
+
+def main() -> None:
+    fd_in, fd_out = int(sys.argv[1]), int(sys.argv[2])
+    os.dup2(2, 1)  # a plug-in's prints go to stderr, never into the protocol
+    serve(fd_in, fd_out)
+    os._exit(0)  # skip interpreter teardown: nothing of the plug-in's runs after the last reply
+
+
+if __name__ == "__main__":
+    main()

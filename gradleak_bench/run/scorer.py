@@ -1,0 +1,225 @@
+"""The scorer: it owns the truth and the metrics, and turns reconstructions into per-episode scores, controls,
+reference scores and CIs. It never imports or runs plug-in code; reconstructions reach it as plain arrays.
+
+Controls and references. Beside the attack, every episode is scored for named *reference* reconstructions
+that carry no information about it. The control is the first: the attack's own output for the next episode
+(in order) at least as long and from another layout, truncated. Gradient-free priors (:class:`Reference`,
+e.g. the mean train frame) are others: each is scored on every episode and summarised like the attack.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from gradleak_bench.errors import PluginContractError
+from gradleak_bench.metrics import MetricSpec, bootstrap_ci
+from gradleak_bench.metrics.registry import finite_steps
+from gradleak_bench.records import Episode
+from gradleak_bench.run.failed import worst_value
+from gradleak_bench.run.results import Interval, MetricResult
+
+
+class Reference(Protocol):
+    """A gradient-free reconstruction scored beside the attack (the no-leak prior of a metric).
+
+    ``reconstruct(length)`` returns fields of ``length`` steps; it sees no gradient and no truth."""
+
+    name: str
+
+    def reconstruct(self, length: int) -> Mapping[str, np.ndarray]: ...
+
+
+@dataclass
+class EpisodeRow:
+    episode_id: str
+    layout_id: int
+    length: int
+    status: str  # "ok" | "failed"
+    error: str = ""
+    attack_ms: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
+    control: dict[str, float] = field(default_factory=dict)
+    failed_frames: dict[str, int] = field(default_factory=dict)
+    references: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def flat(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        nested = ("metrics", "control", "failed_frames", "references")
+        row = {k: v for k, v in asdict(self).items() if k not in nested}
+        row.update(self.metrics)
+        row.update({f"{k}/control": v for k, v in self.control.items()})
+        row.update({f"{k}/failed_frames": v for k, v in self.failed_frames.items()})
+        for ref, values in self.references.items():
+            row.update({f"{k}/{ref}": v for k, v in values.items()})
+        return row
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> EpisodeRow:
+        known = {k: record[k] for k in cls.__dataclass_fields__ if k in record}
+        return cls(**known)
+
+
+def check_reconstruction(fields: Mapping[str, np.ndarray], attack: str, declared: tuple[str, ...],
+                         episode: Episode) -> dict[str, np.ndarray]:
+    """The declared fields this episode has truth for, checked against the truth's shapes."""
+    out = {}
+    for name in declared:
+        if name not in fields:
+            raise PluginContractError(f"attack {attack!r} declares field {name!r} but did not return it")
+        if name not in episode.steps:
+            continue  # a field this task has no truth for (e.g. q_target on a PPO victim): not scored
+        value, truth = np.asarray(fields[name]), episode.steps[name]
+        if value.shape != truth.shape and not (name == "depth" and value.shape == truth.shape + (1,)):
+            raise PluginContractError(
+                f"attack {attack!r} returned {name} with shape {value.shape}, expected {truth.shape} "
+                f"(T={episode.length} steps of {truth.shape[1:]})")
+        if not (np.issubdtype(value.dtype, np.number) or value.dtype == bool):
+            raise PluginContractError(f"attack {attack!r} returned {name} of dtype {value.dtype}, not numeric")
+        out[name] = value
+    return out
+
+
+def score(metrics: list[MetricSpec], fields: Mapping[str, np.ndarray], truth: Episode
+          ) -> tuple[dict[str, float], dict[str, int]]:
+    """Per-metric episode values and failed frames; a failed frame scores the metric's worst value
+    (:mod:`gradleak_bench.run.failed`). Raises :class:`PluginContractError` when a metric without a worst value
+    meets a failed frame."""
+    values, failed = {}, {}
+    for metric in metrics:
+        if metric.field not in fields or metric.field not in truth.steps:
+            continue
+        values[metric.name], failed[metric.name] = _score_one(metric, np.asarray(fields[metric.field]), truth)
+    return values, failed
+
+
+def _score_one(metric: MetricSpec, recon: np.ndarray, truth: Episode) -> tuple[float, int]:
+    target = truth.steps[metric.field]
+    context = {"episode": truth} if metric.needs_episode else {}  # e.g. the layout, for trajectory metrics
+    per = np.asarray(metric.fn(recon, target, **context), dtype=np.float64).reshape(-1)
+    bad_frames = ~finite_steps(recon)
+    if metric.per_step:
+        failed_mask = bad_frames.copy() if per.size == bad_frames.size else np.zeros(per.size, bool)
+        nan = ~np.isfinite(per) & ~failed_mask
+        if nan.any():  # NaN with a finite output: failed unless the truth itself cannot be scored (no key points)
+            own = np.asarray(metric.fn(target, target, **context), dtype=np.float64).reshape(-1)
+            failed_mask |= nan & np.isfinite(own)
+        n_failed = int(failed_mask.sum())
+    else:
+        value_nan = not np.isfinite(per).all()
+        applicable = not value_nan or np.isfinite(np.asarray(metric.fn(target, target, **context), dtype=np.float64)).all()
+        n_failed = int(bad_frames.sum()) or int(value_nan and applicable) * len(bad_frames)
+        failed_mask = np.full(per.size, n_failed > 0)
+    if n_failed:
+        worst = worst_value(metric)
+        if worst is None:
+            raise PluginContractError(f"{n_failed} frames of {metric.field} are missing or non-finite and metric "
+                                      f"{metric.name} has no worst value to score them with")
+        per = np.where(failed_mask, worst, per)
+    finite = per[np.isfinite(per)]
+    return (float(finite.mean()) if finite.size else math.nan), n_failed
+
+
+def truncate(fields: Mapping[str, np.ndarray], length: int) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v)[:length] for k, v in fields.items()}
+
+
+class Controls:
+    """Scores the swap control of each ok row as rows arrive in canonical order, so an episode's truth is read
+    once: a row waits (with its truth) for its partner, the next ok row at least as long from another layout;
+    rows still waiting at the end take theirs from the start (read back from the run folder).
+
+    ``truth(episode_id)`` and ``recon(episode_id)`` read what is not in memory (a resumed or remote row)."""
+
+    def __init__(self, metrics: list[MetricSpec], truth: Callable[[str], Episode],
+                 recon: Callable[[str], dict[str, np.ndarray]], enabled: bool = True):
+        self.metrics, self._truth, self._recon, self.enabled = metrics, truth, recon, enabled
+        self._waiting: list[tuple[EpisodeRow, Episode | None]] = []
+        self._ok: list[EpisodeRow] = []
+        self._buffer: dict[int, tuple[EpisodeRow, dict | None, Episode | None]] = {}
+        self._next = 0
+
+    def add(self, index: int, row: EpisodeRow, recon: dict[str, np.ndarray] | None, truth: Episode | None) -> None:
+        self._buffer[index] = (row, recon, truth)
+        while self._next in self._buffer:
+            self._feed(*self._buffer.pop(self._next))
+            self._next += 1
+
+    @property
+    def rows(self) -> list[EpisodeRow]:
+        """The ok rows fed so far, in canonical order (their controls scored once :meth:`finish` ran)."""
+        return list(self._ok)
+
+    def _feed(self, row: EpisodeRow, recon: dict | None, truth: Episode | None) -> None:
+        if row.status != "ok":
+            return
+        if not self.enabled:
+            self._ok.append(row)
+            return
+        still = []
+        for waiting, waiting_truth in self._waiting:
+            if row.length >= waiting.length and row.layout_id != waiting.layout_id:
+                self._score(waiting, waiting_truth, recon if recon is not None else self._recon(row.episode_id), row)
+            else:
+                still.append((waiting, waiting_truth))
+        self._waiting = still + [(row, truth)]
+        self._ok.append(row)
+
+    def finish(self) -> None:
+        """Rows still waiting take the first qualifying ok row from the start (cyclic order)."""
+        for waiting, truth in self._waiting:
+            for partner in self._ok:
+                if partner is waiting:
+                    break
+                if partner.length >= waiting.length and partner.layout_id != waiting.layout_id:
+                    self._score(waiting, truth, self._recon(partner.episode_id), partner)
+                    break
+        self._waiting = []
+
+    def _score(self, row: EpisodeRow, truth: Episode | None, recon: dict[str, np.ndarray], partner: EpisodeRow) -> None:
+        truth = truth if truth is not None else self._truth(row.episode_id)
+        row.control, _ = score(self.metrics, truncate(recon, row.length), truth)
+
+
+def score_references(references: list[Reference], metrics: list[MetricSpec], truth: Episode) -> dict[str, dict[str, float]]:
+    """Each gradient-free reference's scores on one episode."""
+    out = {}
+    for ref in references:
+        fields = {k: np.asarray(v)[:truth.length] for k, v in ref.reconstruct(truth.length).items()}
+        out[ref.name], _ = score(metrics, fields, truth)
+    return out
+
+
+def summarise_metrics(rows: list[EpisodeRow], metrics: list[MetricSpec], seed: int,
+                      control: bool) -> dict[str, MetricResult]:
+    """One :class:`MetricResult` per metric over the ok rows (each failed frame already scored worst)."""
+    ok = [r for r in rows if r.status == "ok"]
+    out = {}
+    for metric in metrics:
+        values = [r.metrics.get(metric.name, math.nan) for r in ok]
+        if not values or all(math.isnan(v) for v in values):
+            continue
+        mean, lo, hi = bootstrap_ci(values, seed=seed)
+        control_iv = leakage_iv = None
+        controls = [r.control.get(metric.name, math.nan) for r in ok]
+        if control and not all(math.isnan(v) for v in controls):
+            control_iv = Interval(*bootstrap_ci(controls, seed=seed))
+            leakage_iv = Interval(*bootstrap_ci([v - c for v, c in zip(values, controls)], seed=seed))
+        refs = {}
+        for name in sorted({n for r in ok for n in r.references}):
+            ref_values = [r.references.get(name, {}).get(metric.name, math.nan) for r in ok]
+            if not all(math.isnan(v) for v in ref_values):
+                refs[name] = Interval(*bootstrap_ci(ref_values, seed=seed))
+        out[metric.name] = MetricResult(
+            mean, lo, hi, sum(not math.isnan(v) for v in values), metric.higher_is_better, metric.unit,
+            sum(r.failed_frames.get(metric.name, 0) for r in ok), control_iv, leakage_iv, refs)
+    return out
+
+
+def iter_truth(dataset: Any, episode_ids: list[str]) -> Iterator[Episode]:
+    for episode_id in episode_ids:
+        yield dataset.episode(episode_id)

@@ -1,0 +1,114 @@
+"""Episode shards: the independent units of an evaluation, computable on any executor.
+
+A unit is a short list of ``(index, episode_id, defense_seed)``; the defense seeds are drawn by the driver
+from the run's seed in canonical episode order, so a unit's rows do not depend on which executor ran it, in
+which order, or whether the run was resumed.
+
+:class:`EpisodeWorker` is the unit function. On the local executor it holds the driver's live context (the
+scorer's dataset and gradient engine, and the run's plug-in processes). Sent to a Ray worker it travels as its
+config and, for an attack with ``fit``, the fitted attack as an opaque blob exported by the driver's attack
+process (never unpickled by a scorer: only by the plug-in process it is loaded into). The Ray worker rebuilds
+once per worker process the victim, the gradient engine and the dataset (from its cache, checked against the
+driver's sha256), and starts its own sealed plug-in processes, which live as long as that worker process.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from gradleak_bench.errors import ChecksumMismatchError, GradleakError
+
+Unit = list  # list[tuple[int, str, int]]
+
+
+def plan_units(entries: list[tuple[int, str, int]], size: int = 1) -> list[Unit]:
+    """Consecutive ``(canonical index, episode_id, defense seed)`` entries, ``size`` per unit."""
+    size = max(1, int(size))
+    return [list(entries[i:i + size]) for i in range(0, len(entries), size)]
+
+
+_WORKER_CONTEXTS: dict[str, Any] = {}
+
+
+class EpisodeWorker:
+    """``worker(unit) -> [(row dict, reconstruction arrays or None, truth or None), ...]``; the truth comes back
+    only from a local worker (the driver's controls use it instead of reading it again)."""
+
+    def __init__(self, config: Any, dataset_config: Any, dataset_sha256: str, key: str, context: Any,
+                 blob: np.ndarray | None = None, hidden: tuple[str, ...] = ()):
+        self.config, self.dataset_config, self.dataset_sha256, self.key = config, dataset_config, dataset_sha256, key
+        self.context = context
+        self.blob, self.hidden = blob, hidden
+        self.metric_names = [m.name for m in context.metrics]
+        self.cache = os.environ.get("GRADLEAK_BENCH_CACHE")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["context"] = None  # rebuilt on the worker, with its own plug-in processes
+        return state
+
+    def _context(self) -> Any:
+        if self.context is not None:
+            return self.context
+        if self.key not in _WORKER_CONTEXTS:
+            for old in _WORKER_CONTEXTS.values():
+                _close(old)
+            _WORKER_CONTEXTS.clear()
+            _WORKER_CONTEXTS[self.key] = self._build()
+        return _WORKER_CONTEXTS[self.key]
+
+    def _build(self) -> Any:
+        from gradleak_bench import dataset as datasets
+        from gradleak_bench.run.evaluation import make_gradients, start_plugins
+        from gradleak_bench.run.pipeline import Context
+        from gradleak_bench.victims.checkpoint import load_victim
+
+        if self.cache:  # the driver's cache: the dataset is found there on a single machine
+            os.environ["GRADLEAK_BENCH_CACHE"] = self.cache
+        cfg = self.config
+        attack, defense = start_plugins(cfg, [*map(_path, self.hidden)], self.blob)
+        victim = load_victim(cfg.task, cfg.victim, cfg.checkpoint)
+        gradients = make_gradients(cfg, victim)
+        path = datasets.default_path(self.dataset_config)
+        dataset = datasets.open_dataset(path) if path.is_file() else None
+        if dataset is None or dataset.sha256 != self.dataset_sha256:
+            dataset = datasets.load_or_generate(self.dataset_config, progress=False)
+        if dataset.sha256 != self.dataset_sha256:
+            raise ChecksumMismatchError(
+                f"the worker's dataset {dataset.path} has sha256 {dataset.sha256[:16]}..., the driver's "
+                f"{self.dataset_sha256[:16]}...: run every node with the same gradleak-bench version")
+        from gradleak_bench.metrics import select_metrics
+        from gradleak_bench.run.evaluation import send_victim
+
+        metrics, _ = select_metrics(cfg.metrics, attack.description["fields"])
+        if [m.name for m in metrics] != self.metric_names:
+            raise GradleakError(f"the worker selected metrics {[m.name for m in metrics]}, the driver "
+                                f"{self.metric_names}: run every node with the same gradleak-bench version")
+        n_actions = send_victim([attack, defense], victim, gradients)
+        return Context(dataset, gradients, metrics, attack, defense, cfg.defense, n_actions)
+
+    def __call__(self, unit: Unit) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None, Any]]:
+        from gradleak_bench.run.pipeline import run_episode
+
+        context = self._context()
+        local = self.context is not None
+        out = []
+        for index, episode_id, seed in unit:
+            row, recon, truth = run_episode(context, index, episode_id, seed)
+            out.append((asdict(row), recon, truth if local else None))
+        return out
+
+
+def _path(p: str) -> Any:
+    from pathlib import Path
+
+    return Path(p)
+
+
+def _close(context: Any) -> None:
+    for proc in (context.attack, context.defense):
+        if proc is not None:
+            proc.close()
