@@ -44,7 +44,7 @@ def test_a_modified_file_fails_verification(tmp_path, tiny_config):
 def test_garbage_file_is_a_clear_error(tmp_path):
     path = tmp_path / "junk.h5"
     path.write_bytes(b"not an hdf5 file")
-    with pytest.raises(CorruptFileError, match="generate it again"):
+    with pytest.raises(CorruptFileError, match="Delete it"):
         datasets.open_dataset(path)
 
 

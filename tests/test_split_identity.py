@@ -157,6 +157,8 @@ def test_a_mismatching_cache_is_regenerated_at_most_once(official_config, monkey
     record = splits.split_record(official_config.key)
     impossible = dataclasses.replace(record, episodes=tuple(
         dataclasses.replace(r, actions=tuple((a + 1) % 5 for a in r.actions)) for r in record.episodes[::4]))
+    # a cached file of this config already exists (e.g. from an older code version)
+    datasets.write(datasets.default_path(small), small, datasets.generate(small, progress=False, limit=3))
     calls = []
     real = datasets.iter_generate
 
@@ -167,8 +169,6 @@ def test_a_mismatching_cache_is_regenerated_at_most_once(official_config, monkey
     monkeypatch.setattr(datasets, "iter_generate", counting)
     monkeypatch.setattr(splits, "split_record", lambda key, version="v0": impossible if key == small.key else None)
     monkeypatch.setattr(datasets, "recorded_actions", lambda config: {})
-    # a cached file of this config already exists (e.g. from an older code version)
-    datasets.write(datasets.default_path(small), small, datasets.generate(small, progress=False, limit=3))
     with pytest.warns(UserWarning, match="generating it again once"), \
             pytest.raises(SplitMismatchError, match=r"differences in \d+ episodes"):
         datasets.load_or_generate(small, progress=False)
@@ -178,7 +178,7 @@ def test_a_mismatching_cache_is_regenerated_at_most_once(official_config, monkey
 def test_killed_generation_leaves_nothing_that_later_runs_trip_on(tmp_path, official_config):
     target = tmp_path / "d.h5"
     dead = tmp_path / f".{target.name}.tmp-{_dead_pid()}"
-    live = tmp_path / f".{target.name}.tmp-{os.getpid() + 0}"
+    live = tmp_path / f".{target.name}.tmp-{os.getppid()}"  # a live process (not this one: it is the writer)
     dead.write_bytes(b"half a file")
     live.write_bytes(b"a writer still at work")
     small = dataclasses.replace(official_config, episodes_per_layout=1)
@@ -204,7 +204,7 @@ def test_a_damaged_file_is_one_message_and_exit_2_and_is_kept(tmp_path, official
         path.write_bytes(data[: len(data) // 2])
     elif damage == "gzip_chunk":
         with h5py.File(path, "r") as f:
-            offset = f["episodes"][sorted(f["episodes"])[3]]["rgb"].id.get_offset()
+            offset = f["episodes"][sorted(f["episodes"])[3]]["rgb"].id.get_chunk_info(0).byte_offset
         data = bytearray(path.read_bytes())
         data[offset + 200] ^= 0x10
         path.write_bytes(bytes(data))
