@@ -12,8 +12,8 @@ import pytest
 
 from gradleak_bench import dataset as datasets
 from gradleak_bench.errors import ExecutorError, GradleakError, MissingDependencyError, UnknownNameError
-from gradleak_bench.executors import get_executor
-from gradleak_bench.runner import EvaluateConfig, evaluate
+from gradleak_bench.run import EvaluateConfig, evaluate
+from gradleak_bench.run.executors import get_executor
 
 
 @pytest.fixture(scope="module")
@@ -121,12 +121,12 @@ def test_a_killed_ray_worker_is_retried(ray_cluster, tmp_path):
 
 
 def test_ray_generation_has_the_same_sha256(ray_cluster, tmp_path):
-    """The official checksum the split manifest records (made by the local executor), from Ray workers."""
+    """The official split identity the manifest records (made by the local executor), from Ray workers."""
     from gradleak_bench import splits
 
     config = datasets.standard_config("PointNav", "ppo_compact", "init", "test")
     ray_ds = datasets.load_or_generate(config, tmp_path / "ray.h5", progress=False, executor=get_executor("ray"))
-    assert ray_ds.sha256 == splits.official_checksum(config.key)
+    assert ray_ds.identity == splits.official_identity(config.key)
     assert datasets.check_official(ray_ds) is True
 
 
@@ -165,6 +165,8 @@ def test_an_attack_from_a_file_runs_on_ray_workers(ray_cluster, tmp_path):
 
 
 def test_a_ray_worker_killed_mid_episode_leaves_the_results_unchanged(ray_cluster, tmp_path):
+    # Unsealed, so that the attack's SIGKILL hits the Ray worker itself (sealed, it would end only its own
+    # plug-in process, which stops the run: tests/test_sealed.py) and it can leave its marker file.
     plugin = tmp_path / "dies_once.py"
     plugin.write_text(
         "import os, signal\n"
@@ -178,7 +180,7 @@ def test_a_ray_worker_killed_mid_episode_leaves_the_results_unchanged(ray_cluste
         "            os.kill(os.getpid(), signal.SIGKILL)  # the worker dies inside the attack\n"
         "        return super().reconstruct(episode, victim)\n")
     base = dict(attack=f"{plugin}:DiesOnce", victim="ppo_compact", episodes=5, wandb="disabled",
-                defense="gaussian_noise", defense_params={"sigma": 0.01})
+                defense="gaussian_noise", defense_params={"sigma": 0.01}, sealed=False)
     remote = evaluate(EvaluateConfig(**base, out=str(tmp_path / "ray"), executor="ray"), progress=False)
     assert (tmp_path / "killed").exists()
     local = evaluate(EvaluateConfig(**base, out=str(tmp_path / "local")), progress=False)
@@ -187,7 +189,7 @@ def test_a_ray_worker_killed_mid_episode_leaves_the_results_unchanged(ray_cluste
 
 
 def test_grid_cells_on_ray_give_the_local_metrics(ray_cluster, tmp_path):
-    from gradleak_bench.grid import DefenseSetting, GridConfig, run_grid
+    from gradleak_bench.run.grid import DefenseSetting, GridConfig, run_grid
 
     def grid(executor: str) -> dict:
         config = GridConfig(attacks=("closed_form",), targets=(("PointNav", "ppo_compact"),), episodes=3,

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from gradleak_bench.cli import app
 from gradleak_bench.errors import GradleakError
-from gradleak_bench.grid import DefenseSetting, GridConfig, oriented_leakage, pareto_front, run_grid
+from gradleak_bench.run.grid import DefenseSetting, GridConfig, oriented_leakage, pareto_front, run_grid
 
 
 def test_pareto_front_keeps_the_undominated_points():
@@ -83,7 +83,7 @@ def test_grid_cli_end_to_end(tmp_path):
 
 def test_the_defense_tutorial_runs_as_written(tmp_path):
     """docs/write-a-defense.md's code block: evaluated behind, and trained with, as the tutorial says."""
-    from gradleak_bench.runner import EvaluateConfig, evaluate
+    from gradleak_bench.run import EvaluateConfig, evaluate
     from gradleak_bench.victims.defended import train_defense
 
     text = (Path(__file__).parents[1] / "docs" / "write-a-defense.md").read_text()

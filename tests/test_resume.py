@@ -240,3 +240,41 @@ def test_two_processes_never_write_the_same_run(tmp_path):
         second = RunStore(tmp_path / "run", "k", {})
         third = RunStore(tmp_path / "run", "k", {})
         second.close(), third.close()
+
+
+def test_filesystem_errors_are_one_message_and_lose_nothing(tmp_path, monkeypatch):
+    from gradleak_bench.errors import RunStateError
+    from gradleak_bench.run import store as run_store
+
+    base = dict(attack="closed_form", victim="ppo_compact", episodes=3, out=str(tmp_path / "run"), wandb="disabled")
+    # --out is not a folder that can be written
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RunStateError, match="cannot write the run"):
+        evaluate(EvaluateConfig(**dict(base, out=str(tmp_path / "file"))), progress=False)
+    # the disk fills up after the first episode: one message; the finished episode is kept and not redone
+    real, calls = run_store.save_arrays, []
+
+    def full_after_one(path, arrays):
+        calls.append(path)
+        if len(calls) > 1:
+            raise OSError(28, "No space left on device", str(path))
+        real(path, arrays)
+
+    monkeypatch.setattr(run_store, "save_arrays", full_after_one)
+    with pytest.raises(RunStateError, match="No space left on device"):
+        evaluate(EvaluateConfig(**base), progress=False)
+    monkeypatch.setattr(run_store, "save_arrays", real)
+    log = tmp_path / "run" / STATE_DIR / "rows.jsonl"
+    assert len(read_log(log)[0]) == 1
+    full = evaluate(EvaluateConfig(**base), progress=False)
+    assert full.n_failed == 0 and len(read_log(log)[0]) == 3
+    # a corrupt stored reconstruction: one message naming the file and the fix
+    (tmp_path / "run" / "results.json").unlink()
+    next((tmp_path / "run" / STATE_DIR / "recons").glob("*.npz")).write_bytes(b"not a zip")
+    with pytest.raises(CorruptFileError, match="Delete that file"):
+        evaluate(EvaluateConfig(**base), progress=False)
+    # a row without an id: one message, the log is left as it is
+    log.write_text(log.read_text() + '{"status": "ok"}\n')
+    with pytest.raises(RunStateError, match="no episode id"):
+        evaluate(EvaluateConfig(**base), progress=False)
+    assert '{"status": "ok"}' in log.read_text()

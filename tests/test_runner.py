@@ -7,7 +7,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from gradleak_bench.runner import EvaluateConfig, evaluate
+from gradleak_bench.run import EvaluateConfig, evaluate
 
 
 def _run(tmp_path, **kw):
