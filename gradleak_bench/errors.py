@@ -53,6 +53,10 @@ class InvalidGradientError(GradleakError, ValueError):
     """A released gradient holding NaN or Inf, or with the wrong parameter names or shapes."""
 
 
+class DefenseDeclarationError(GradleakError, ValueError):
+    """A defense's declared training path (``needs``) is unknown or does not reproduce its own release."""
+
+
 class InvalidEntryError(GradleakError, ValueError):
     """A leaderboard entry that does not match the schema; the message names the field."""
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
 from gradleak_bench import plugins
-from gradleak_bench.errors import GradleakError
-from gradleak_bench.victims.defended import DefendedUpdates, train_defense
+from gradleak_bench.errors import DefenseDeclarationError, GradleakError
+from gradleak_bench.victims.defended import DefendedUpdates, check_declared_path, declared_path, train_defense
 from gradleak_bench.victims.training import train_resumable, with_budget
 from gradleak_bench.victims.zoo import get_victim
 
@@ -131,3 +134,100 @@ def test_unknown_layer_names_are_rejected_before_training():
     with pytest.raises(GradleakError, match="match no parameter"):
         train_defense("withhold_layers", {"layers": "no_such_layer"}, task="PointNav", victim="ppo_compact",
                       budget=64, progress=False)
+
+
+# --- the cheapest exact path per defense ------------------------------------------------------------------
+DECLARED = {
+    "none": ({}, "mean"), "gaussian_noise": ({"sigma": 0.1}, "mean"), "clip_norm": ({"C": 0.5}, "norms"),
+    "dp_sgd": ({"C": 0.5, "sigma": 0.5}, "norms"), "temporal_mean": ({"k": 3}, "mean"),
+    "shuffle_window": ({"k": 3}, "mean"), "withhold_layers": ({"layers": "action_net"}, "mean"),
+    "correlated_noise": ({"sigma": 0.1, "rho": 0.5}, "mean"), "action_obfuscation": ({"p": 0.5}, "mean"),
+    "quantize": ({"bits": 4}, "per_sample"), "topk": ({"keep": 0.1}, "per_sample"),
+    "random_release": ({"p": 0.5}, "per_sample"),
+}
+
+
+def _policy_and_spec(task: str, victim: str):
+    from gradleak_bench.victims.checkpoint import load_victim
+
+    loaded = load_victim(task, victim, "init")
+    return loaded.policy, loaded.spec.loss
+
+
+@pytest.mark.parametrize("name", sorted(DECLARED))
+def test_every_defense_declares_a_path_that_passes_the_check(name):
+    params, path = DECLARED[name]
+    defense = plugins.load("defense", name, params)
+    assert declared_path(defense) == path
+    policy, loss = _policy_and_spec("PointNav", "ppo_compact")
+    check_declared_path(defense, path, policy, loss)  # raises if the path disagrees with the release
+
+
+class _ClipsButDeclaresMean:
+    """Clips each sample (a per-sample transform of the norms) but claims the mean is enough."""
+
+    name = "clips_but_declares_mean"
+    needs = "mean"
+
+    def release(self, gradients, rng):
+        return plugins.load("defense", "clip_norm", {"C": 1e-3}).release(gradients, rng)
+
+
+class _QuantizesButDeclaresNorms:
+    name = "quantizes_but_declares_norms"
+    needs = "norms"
+
+    def clip_factors(self, norms):
+        return torch.ones_like(norms)
+
+    def release(self, gradients, rng):
+        return plugins.load("defense", "quantize", {"bits": 1}).release(gradients, rng)
+
+
+@pytest.mark.parametrize("liar", [_ClipsButDeclaresMean, _QuantizesButDeclaresNorms])
+def test_a_defense_declaring_a_cheaper_path_than_it_needs_is_stopped(liar):
+    policy, loss = _policy_and_spec("ActivePerception", "dqn_compact")
+    with pytest.raises(DefenseDeclarationError, match="declares needs="):
+        check_declared_path(liar(), liar.needs, policy, loss)
+
+
+def test_unknown_declaration_is_one_clear_error():
+    class Odd:
+        name, needs = "odd", "sometimes"
+
+        def release(self, gradients, rng):
+            return gradients
+
+    with pytest.raises(DefenseDeclarationError, match="expected one of mean, norms, per_sample"):
+        declared_path(Odd())
+
+
+def test_liar_stops_train_defense_before_training_with_exit_2(tmp_path):
+    plugin = tmp_path / "liar.py"
+    plugin.write_text(
+        "from gradleak_bench.baselines.defenses.suite import ClipNorm\n\n"
+        "class Liar(ClipNorm):\n    name = 'liar'\n    needs = 'mean'\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "gradleak_bench.cli", "train-defense", f"{plugin}:Liar", "-D", "C=0.001",
+         "--task", "PointNav", "--victim", "ppo_compact", "--budget", "64", "--eval-episodes", "1"],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ, COLUMNS="200"))
+    assert result.returncode == 2, result.stderr
+    assert "declares needs='mean'" in result.stderr and "Traceback" not in result.stderr
+    assert "train PointNav" not in result.stderr  # no training progress before the error
+
+
+@pytest.mark.parametrize("task,victim,budget,hp,defense,params", [
+    ("PointNav", "ppo_compact", 128, {"n_steps": 32, "batch_size": 16, "n_epochs": 2}, "dp_sgd", {"C": 0.05, "sigma": 0.3}),
+    ("ActivePerception", "dqn_compact", 96, {"learning_starts": 32, "batch_size": 16, "train_freq": 4}, "clip_norm", {"C": 0.05}),
+    ("PointNav", "ppo_compact", 64, {"n_steps": 32, "batch_size": 16, "n_epochs": 1}, "gaussian_noise", {"sigma": 0.01}),
+    ("PointNav", "ppo_compact", 64, {"n_steps": 32, "batch_size": 16, "n_epochs": 1}, "withhold_layers", {"layers": "action_net"}),
+])
+def test_cheap_paths_apply_the_literal_update_in_real_training(tmp_path, task, victim, budget, hp, defense, params):
+    """With literal noise draws the declared path's update equals the mean of the released per-sample
+    gradients at every real SB3 step (the literal path is computed beside it with verify)."""
+    spec = _unclipped(task, victim, budget, **hp)
+    hooks = DefendedUpdates(plugins.load("defense", defense, params), seed=0, verify=True)
+    assert hooks.path != "per_sample"
+    train_resumable(spec, tmp_path, "test", hooks=hooks, progress=False)
+    assert hooks.updates > 0
+    assert hooks.max_path_error < 1e-4, hooks.max_path_error

@@ -414,6 +414,52 @@ def test_out_buffers_are_filled_in_place() -> None:
         torch.testing.assert_close(out[name], expected, rtol=1e-6, atol=1e-8)
 
 
+def _materialised_norms_and_mean(grads: dict[str, torch.Tensor], weights) -> tuple[torch.Tensor, dict]:
+    batch = next(iter(grads.values())).shape[0]
+    norms = torch.sqrt(sum(g.double().pow(2).reshape(batch, -1).sum(1) for g in grads.values()))
+    w = weights(norms)
+    return norms, {n: (g.double() * w.reshape(-1, *[1] * (g.dim() - 1))).mean(0) for n, g in grads.items()}
+
+
+@pytest.mark.parametrize("kind", ["cnn", "multi", "mlp"])
+@pytest.mark.parametrize("algo", ["ppo", "reinforce", "dqn"])
+def test_ghost_norms_and_weighted_mean_equal_the_materialised_ones(algo: str, kind: str) -> None:
+    """Clipping without per-sample Linear gradients: the norms and the clipped mean equal those computed
+    from the vmap path's per-sample gradients."""
+    model = _make_model(algo, kind)
+    obs = _to_tensor(model, _sample_obs(model, np.random.default_rng(5), 6))
+    inputs = LossInputs(obs, torch.tensor([0, 1, 2, 3, 4, 0]), 5 * torch.randn(6), 5 * torch.randn(6),
+                        q_targets=5 * torch.randn(6))
+    engine = PerSampleGradients(model.policy, SPECS[algo])
+    reference = engine.vmap_gradients(inputs)
+    ref_norms = torch.sqrt(sum(g.double().pow(2).reshape(6, -1).sum(1) for g in reference.values()))
+    clip = float(ref_norms.median())  # about half the samples are clipped
+
+    def weights(norms):
+        return torch.clamp(clip / norms, max=1.0)
+
+    norms, mean = engine.norms_and_weighted_mean(inputs, weights)
+    assert engine.uses_fast_path
+    expected_norms, expected = _materialised_norms_and_mean(reference, weights)
+    torch.testing.assert_close(norms, expected_norms, rtol=1e-5, atol=0)
+    for name, ref in expected.items():
+        torch.testing.assert_close(mean[name].double(), ref, rtol=1e-5, atol=1e-6 * ref.abs().max().item() + 1e-12)
+
+
+def test_ghost_norms_fall_back_to_vmap_and_stay_exact() -> None:
+    env = _TinyEnv(OBS_SPACES["mlp"]())
+    model = PPO("MlpPolicy", env, n_steps=1, batch_size=1, n_epochs=1, normalize_advantage=False, seed=0,
+                device="cpu", max_grad_norm=math.inf, policy_kwargs=dict(features_extractor_class=_LayerNormExtractor))
+    engine = PerSampleGradients(model.policy, SPECS["ppo"])
+    obs = _to_tensor(model, _sample_obs(model, np.random.default_rng(4), 3))
+    inputs = LossInputs(obs, torch.tensor([0, 1, 2]), torch.randn(3), torch.randn(3))
+    norms, mean = engine.norms_and_weighted_mean(inputs, lambda n: 1.0 / n)
+    expected_norms, expected = _materialised_norms_and_mean(engine.vmap_gradients(inputs), lambda n: 1.0 / n)
+    torch.testing.assert_close(norms, expected_norms, rtol=1e-6, atol=0)
+    for name, ref in expected.items():
+        torch.testing.assert_close(mean[name].double(), ref, rtol=1e-5, atol=1e-7)
+
+
 def test_missing_loss_input_is_a_clear_error() -> None:
     model = _make_model("ppo", "mlp")
     engine = PerSampleGradients(model.policy, SPECS["ppo"])

@@ -35,6 +35,7 @@ class ActionObfuscation:
     """
 
     name: ClassVar[str] = "action_obfuscation"
+    needs: ClassVar[str] = "mean"  # release is the identity; the labels change before the loss
 
     def __init__(self, p: float = 0.25):
         self.p = _real("p", p, 0.0, 1.0)

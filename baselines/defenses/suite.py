@@ -11,7 +11,7 @@ traceback). See ``docs/defenses.md``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -20,7 +20,7 @@ import torch
 from gradleak_bench.errors import GradleakError
 from gradleak_bench.records import GradientStream
 
-from .basic import _torch_generator
+from .basic import _torch_generator, check_train_noise, gaussian_noise_of_mean
 
 
 class DefenseParameterError(GradleakError, ValueError):
@@ -68,8 +68,11 @@ def _step_scale(g: torch.Tensor, per_step: torch.Tensor) -> torch.Tensor:
 
 
 def _clip_factors(gradients: GradientStream, clip: float) -> torch.Tensor:
-    norms = gradients.flat().double().norm(dim=1)
-    return torch.clamp(clip / torch.clamp(norms, min=1e-300), max=1.0)
+    return _factors_of_norms(gradients.flat().double().norm(dim=1), clip)
+
+
+def _factors_of_norms(norms: torch.Tensor, clip: float) -> torch.Tensor:
+    return torch.clamp(clip / torch.clamp(norms.double(), min=1e-300), max=1.0)
 
 
 def _windows(length: int, k: int) -> list[tuple[int, int]]:
@@ -86,9 +89,14 @@ class ClipNorm:
     """
 
     name: ClassVar[str] = "clip_norm"
+    needs: ClassVar[str] = "norms"
 
     def __init__(self, C: float = 1.0):
         self.C = _real("C", C, 0.0, low_open=True)
+
+    def clip_factors(self, norms: torch.Tensor) -> torch.Tensor:
+        """Each sample's scale factor ``min(1, C / ||g_i||)`` from its gradient norm."""
+        return _factors_of_norms(norms, self.C)
 
     def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream:
         factors = _clip_factors(gradients, self.C)
@@ -111,17 +119,32 @@ class DPSGD:
         delta: the delta of the reported guarantee, in (0, 1).
         sample_rate: the default sampling rate for :meth:`epsilon`, in (0, 1].
         steps: the default number of releases for :meth:`epsilon`, >= 1.
+        train_noise: in ``train-defense`` only, how the noise on a minibatch's mean update is drawn:
+            ``per_sample`` (one N(0, (sigma*C)^2) draw per sample, averaged, as released) or ``mean`` (one
+            draw of the same distribution, N(0, (sigma*C)^2 / B)); the guarantee is the same.
     """
 
     name: ClassVar[str] = "dp_sgd"
+    needs: ClassVar[str] = "norms"
 
     def __init__(self, C: float = 1.0, sigma: float = 1.0, delta: float = 1e-5, sample_rate: float = 1.0,
-                 steps: int = 1):
+                 steps: int = 1, train_noise: str = "per_sample"):
         self.C = _real("C", C, 0.0, low_open=True)
         self.sigma = _real("sigma", sigma, 0.0, low_open=True)
         self.delta = _real("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
         self.sample_rate = _real("sample_rate", sample_rate, 0.0, 1.0, low_open=True)
         self.steps = _integer("steps", steps, 1)
+        self.train_noise = check_train_noise(train_noise)
+
+    def clip_factors(self, norms: torch.Tensor) -> torch.Tensor:
+        """Each sample's scale factor ``min(1, C / ||g_i||)`` from its gradient norm."""
+        return _factors_of_norms(norms, self.C)
+
+    def noise_of_mean(self, shapes: Mapping[str, tuple[int, ...]], batch: int, rng: np.random.Generator,
+                      literal: bool = False) -> dict[str, torch.Tensor]:
+        """The noise on the mean of ``batch`` released samples (see :func:`gaussian_noise_of_mean`)."""
+        return gaussian_noise_of_mean(shapes, batch, self.sigma * self.C, rng,
+                                      literal or self.train_noise == "per_sample")
 
     def epsilon(self, delta: float | None = None, sample_rate: float | None = None, steps: int | None = None) -> float:
         """Epsilon of ``steps`` Gaussian-mechanism releases at ``sample_rate`` (Opacus RDP accountant)."""
@@ -159,6 +182,7 @@ class Quantize:
     """
 
     name: ClassVar[str] = "quantize"
+    needs: ClassVar[str] = "per_sample"
 
     def __init__(self, bits: int = 8, stochastic: bool = False):
         self.bits = _integer("bits", bits, 1, 32)
@@ -202,6 +226,8 @@ class TemporalMean:
     """
 
     name: ClassVar[str] = "temporal_mean"
+    # Each window's mean repeated over the window sums to the window's sum: the batch mean is unchanged.
+    needs: ClassVar[str] = "mean"
 
     def __init__(self, k: int = 4):
         self.k = _integer("k", k, 1)
@@ -226,6 +252,7 @@ class ShuffleWindow:
     """
 
     name: ClassVar[str] = "shuffle_window"
+    needs: ClassVar[str] = "mean"  # a permutation leaves the batch mean unchanged
 
     def __init__(self, k: int = 4):
         self.k = _integer("k", k, 1)
@@ -255,6 +282,7 @@ class WithholdLayers:
     """
 
     name: ClassVar[str] = "withhold_layers"
+    needs: ClassVar[str] = "mean"
 
     def __init__(self, layers: str | Sequence[str] = ("action_net",)):
         if isinstance(layers, str):
@@ -283,6 +311,11 @@ class WithholdLayers:
         """Called by the runner with the victim's public info before any work: unknown names stop the run."""
         self.released_names(list(victim.gradient_shapes))
 
+    def transform_mean(self, mean: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Zeroing a parameter in every sample zeroes it in the mean."""
+        keep = set(self.released_names(list(mean)))
+        return {name: g if name in keep else torch.zeros_like(g) for name, g in mean.items()}
+
     def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream:
         keep = set(self.released_names(list(gradients.tensors)))
         return GradientStream({name: g if name in keep else torch.zeros_like(g)
@@ -305,13 +338,34 @@ class CorrelatedNoise:
     Args:
         sigma: per-step noise std, >= 0.
         rho: lag-1 correlation across steps, in (-1, 1).
+        train_noise: in ``train-defense`` only: ``per_sample`` (the AR(1) sequence over the minibatch,
+            averaged, as released) or ``mean`` (one Gaussian draw with the variance of that average,
+            ``sigma^2 / B^2 * (B + 2 * sum_{k=1}^{B-1} (B - k) rho^k)``).
     """
 
     name: ClassVar[str] = "correlated_noise"
+    needs: ClassVar[str] = "mean"
 
-    def __init__(self, sigma: float = 1e-2, rho: float = 0.9):
+    def __init__(self, sigma: float = 1e-2, rho: float = 0.9, train_noise: str = "per_sample"):
         self.sigma = _real("sigma", sigma, 0.0)
         self.rho = _real("rho", rho, -1.0, 1.0, low_open=True, high_open=True)
+        self.train_noise = check_train_noise(train_noise)
+
+    def mean_std(self, batch: int) -> float:
+        """Std of each coordinate of the average of ``batch`` consecutive AR(1) noise vectors (exact: the
+        AR(1) is stationary with covariance ``sigma^2 rho^|s-t|``)."""
+        lags = sum((batch - k) * self.rho ** k for k in range(1, batch))
+        return self.sigma * math.sqrt(max(batch + 2 * lags, 0.0)) / batch
+
+    def noise_of_mean(self, shapes: Mapping[str, tuple[int, ...]], batch: int, rng: np.random.Generator,
+                      literal: bool = False) -> dict[str, torch.Tensor]:
+        """The noise on the mean of ``batch`` released samples: with ``literal`` (or ``train_noise=per_sample``)
+        the release's own draws averaged, else one draw of the same Gaussian."""
+        if not (literal or self.train_noise == "per_sample"):
+            return gaussian_noise_of_mean(shapes, batch, self.mean_std(batch) * math.sqrt(batch), rng, False)
+        sizes = [int(np.prod(shape, dtype=np.int64)) for shape in shapes.values()]
+        mean = self.noise((batch, sum(sizes)), rng).mean(dim=0)
+        return {name: part.reshape(shape) for (name, shape), part in zip(shapes.items(), mean.split(sizes))}
 
     def noise(self, shape: tuple[int, ...], rng: np.random.Generator, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """An AR(1) noise sequence of ``shape`` ``(T, ...)``."""
@@ -341,6 +395,7 @@ class RandomRelease:
     """
 
     name: ClassVar[str] = "random_release"
+    needs: ClassVar[str] = "per_sample"
 
     def __init__(self, p: float = 0.5, fill: str = "zeros"):
         self.p = _real("p", p, 0.0, 1.0, low_open=True)

@@ -258,6 +258,40 @@ class PerSampleGradients:
             out[name].copy_(value)
         return dict(out)
 
+    def norms_and_weighted_mean(
+        self, inputs: LossInputs, weights: Callable[[torch.Tensor], torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Per-sample gradient norms and a reweighted mean, without materialising per-sample gradients of
+        ``Linear`` layers (what clipping needs: DP-SGD trains on ``mean_i(c_i g_i)``, ``c_i`` a function of
+        ``||g_i||``).
+
+        A ``Linear`` layer's per-sample weight gradient is the outer product ``d_i a_i^T``, so its squared
+        norm is ``||d_i||^2 ||a_i||^2`` (the "ghost norm"), and the weighted mean is one product
+        ``(w * d)^T a / B`` ("book-keeping": the forward and backward pass are not repeated). ``Conv2d``
+        gradients are small and are formed per sample. Policies the layer-wise path does not cover fall back
+        to the full per-sample gradients.
+
+        Args:
+            inputs: The batch.
+            weights: Maps the ``(B,)`` float64 norms over all trained parameters to ``(B,)`` weights.
+
+        Returns:
+            ``(norms, {name: (1/B) sum_i w_i g_i})``, the norms float64, the means float32 in the
+            parameters' shapes.
+        """
+        samples = self._samples(inputs)
+        batch = inputs.batch_size
+        if self._fast is not None:
+            try:
+                with _distribution_validation_off():
+                    return self._fast.norms_and_weighted_mean(samples, batch, weights)
+            except _NotLayerwise:
+                self._fast = None
+        grads = self._vmap_grads(samples)
+        norms = torch.sqrt(sum(g.double().pow(2).reshape(batch, -1).sum(1) for g in grads.values()))
+        w = weights(norms).to(torch.float32) / batch
+        return norms, {name: torch.tensordot(w, g, dims=1) for name, g in grads.items()}
+
     def vmap_gradients(self, inputs: LossInputs) -> dict[str, torch.Tensor]:
         """The reference ``torch.func`` path, whatever :attr:`uses_fast_path` says."""
         return self._vmap_grads(self._samples(inputs))
@@ -431,6 +465,46 @@ class _LayerwiseEngine:
             g = grad_outputs.get(prefix)
             result.update(self._layer_gradients(prefix, layer, inputs.get(prefix), g, batch, out))
         return {name: result[name] for name in self._names}
+
+    def norms_and_weighted_mean(
+        self, samples: Mapping[str, Obs], batch: int, weights: Callable[[torch.Tensor], torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """See :meth:`PerSampleGradients.norms_and_weighted_mean`."""
+        inputs, outputs, total = self._forward(samples)
+        grad_outputs = self._output_gradients(total, outputs)
+        squared = torch.zeros(batch, dtype=torch.float64)
+        conv: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        for prefix, layer in self._layers:
+            a, g = inputs.get(prefix), grad_outputs.get(prefix)
+            if g is None:
+                continue
+            if isinstance(layer, nn.Linear):
+                g_sq = g.double().pow(2).sum(1)
+                squared += g_sq * a.double().pow(2).sum(1) + (g_sq if layer.bias is not None else 0.0)
+            else:
+                cols = _patches(a, layer, tuple(g.shape[2:]))
+                gw, gb = torch.bmm(g.flatten(2), cols.transpose(1, 2)), g.sum(dim=(2, 3))
+                squared += gw.double().pow(2).sum(dim=(1, 2))
+                squared += gb.double().pow(2).sum(1) if layer.bias is not None else 0.0
+                conv[prefix] = (gw, gb)
+        norms = squared.sqrt()
+        w = weights(norms).to(torch.float32) / batch
+        result = {}
+        for prefix, layer in self._layers:
+            g = grad_outputs.get(prefix)
+            for kind, param in (("weight", layer.weight), ("bias", layer.bias)):
+                if param is None:
+                    continue
+                if g is None:
+                    value = torch.zeros(param.shape)
+                elif prefix in conv:
+                    value = torch.tensordot(w, conv[prefix][kind == "bias"], dims=1).reshape(param.shape)
+                elif kind == "weight":
+                    value = (g * w[:, None]).T @ inputs[prefix]
+                else:
+                    value = w @ g
+                result[f"{prefix}.{kind}"] = value
+        return norms, {name: result[name] for name in self._names}
 
     def _forward(self, samples: Mapping[str, Obs]):
         """Batched forward of the summed per-sample losses, with hooks recording each layer's input and

@@ -18,9 +18,27 @@ With the ``none`` defense step 4 writes SB3's own gradient back (tested against 
 optional ``report_actions`` (action obfuscation) changes the action labels the client reports: in the
 rollout buffer at rollout end (with the behaviour log-probabilities of the reported actions, so PPO's ratio
 stays right) or in the replay buffer as transitions are stored (DQN).
+
+**The cheapest exact path.** Steps 2-4 are the *literal* path. A defense may declare, in ``needs``, that the
+mean of its release depends on less than every per-sample gradient; the trainer then computes only that:
+
+* ``needs = "mean"``: the update is ``transform_mean(mean)`` (optional, default identity) of the batch mean
+  gradient, i.e. SB3's own ``.grad`` from its own backward pass, plus ``noise_of_mean`` (optional);
+* ``needs = "norms"``: the update is ``mean_i(c_i g_i)`` with ``c = clip_factors(||g_i||)``, computed from
+  ghost norms without materialising per-sample ``Linear`` gradients
+  (:meth:`~gradleak_bench.stream.per_sample.PerSampleGradients.norms_and_weighted_mean`), plus
+  ``noise_of_mean``;
+* ``needs = "per_sample"`` or no declaration: the literal path.
+
+``noise_of_mean(shapes, batch, rng, literal)`` returns the noise the release adds to the batch mean; with
+``literal=True`` it must draw exactly what ``release`` draws (same ``rng`` use), and otherwise may draw an
+equivalent distribution (the defenses' ``train_noise="mean"``). Before training, :func:`check_declared_path`
+compares the declared path with the literal one on a small batch (literal draws, same seed): a defense that
+declares a cheaper path than its release allows stops there with :class:`DefenseDeclarationError`.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 import json
@@ -35,7 +53,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.utils import obs_as_tensor
 
 from gradleak_bench import plugins
-from gradleak_bench.errors import GradleakError, InvalidGradientError
+from gradleak_bench.errors import DefenseDeclarationError, GradleakError, InvalidGradientError
 from gradleak_bench.paths import atomic_write_bytes, cache_dir
 from gradleak_bench.records import GradientStream, LossSpec
 from gradleak_bench.stream.live import loss_spec_of
@@ -45,6 +63,22 @@ from gradleak_bench.victims.training import success_rate, train_resumable, train
 from gradleak_bench.victims.zoo import VictimSpec, get_victim
 
 REPORT_FORMAT = "gradleak-bench-train-defense/1"
+PATHS = ("mean", "norms", "per_sample")  # cheapest first
+CHECK_BATCH = 8  # samples in the pre-training check of a declared path
+
+
+def declared_path(defense: Any) -> str:
+    """What a defense declares defended training needs (``per_sample`` when it declares nothing)."""
+    needs = getattr(defense, "needs", "per_sample")
+    if needs not in PATHS:
+        raise DefenseDeclarationError(
+            f"defense {getattr(defense, 'name', defense)!r} declares needs={needs!r}; expected one of "
+            f"{', '.join(PATHS)} (or no declaration, the literal per-sample path). See docs/defenses.md.")
+    if needs == "norms" and not callable(getattr(defense, "clip_factors", None)):
+        raise DefenseDeclarationError(
+            f"defense {defense.name!r} declares needs='norms' but has no clip_factors(norms) method; add one or "
+            "declare needs='per_sample'.")
+    return needs
 
 
 class DefendedUpdates:
@@ -53,17 +87,23 @@ class DefendedUpdates:
     Args:
         defense: a defense plug-in (``release`` and optionally ``report_actions``).
         seed: seed of the defense's randomness (one draw per minibatch / rollout).
-        verify: also record how far the mean of the released gradients is from the ``.grad`` SB3 computed
-            (meaningful with the ``none`` defense and no gradient clipping: that is the exactness test).
+        verify: also compute the literal path and record how far the mean of the released gradients is from
+            the ``.grad`` SB3 computed (meaningful with the ``none`` defense: that is the exactness test), and,
+            with literal draws, how far the update applied is from the literal one (``max_path_error``).
+        path: force ``mean``, ``norms`` or ``per_sample`` (default: what the defense declares).
     """
 
-    def __init__(self, defense: Any, seed: int, verify: bool = False):
+    def __init__(self, defense: Any, seed: int, verify: bool = False, path: str | None = None):
         self.defense, self.verify = defense, verify
+        self.path = declared_path(defense) if path is None else path
+        if self.path not in PATHS:
+            raise DefenseDeclarationError(f"path must be one of {', '.join(PATHS)}, got {path!r}")
         self.rng = np.random.default_rng(seed)
         self.updates = 0  # optimiser steps taken through the defense
         self.released_samples = 0  # per-sample gradients released (sum of minibatch sizes)
         self.relabelled = 0  # actions replaced by report_actions
         self.max_rel_error = 0.0  # with verify: max over steps of ||mean released - SB3 grad|| / ||SB3 grad||
+        self.max_path_error = 0.0  # with verify: max over steps of ||update - literal update|| / ||literal update||
         self._minibatch: Any = None
         self._engines: dict[LossSpec, PerSampleGradients] = {}
 
@@ -73,6 +113,12 @@ class DefendedUpdates:
         self.on_policy = isinstance(model, OnPolicyAlgorithm)
         if self.on_policy and getattr(model, "clip_range_vf", None) is not None:
             raise GradleakError("defended training does not support PPO value clipping (clip_range_vf)")
+        if self.path != "per_sample":
+            check_declared_path(self.defense, self.path, model.policy, self._loss_spec())
+        # SB3 clips its own .grad before the step; the defense must see it unclipped (the mean path reads it),
+        # so SB3's clip becomes a no-op and the defended step clips the update with SB3's max_grad_norm.
+        self.max_grad_norm = model.max_grad_norm
+        model.max_grad_norm = math.inf
         buffer = model.rollout_buffer if self.on_policy else model.replay_buffer
         original_samples = buffer._get_samples
 
@@ -141,29 +187,38 @@ class DefendedUpdates:
                                 "train() is not supported by defended training")
         spec = self._loss_spec()
         engine = self._engine(spec)
-        inputs = self._loss_inputs(samples, spec.algo)
-        released = self.defense.release(GradientStream(engine(inputs)), self._child_rng())
+        batch = int(samples.actions.shape[0])
         params = dict(self.model.policy.named_parameters())
-        diff, ref = 0.0, 0.0
-        for name, shape in engine.param_shapes.items():
-            # The runner's release contract (every name, shape (B, ...)); finiteness is checked on the update.
-            g = released.tensors.get(name)
-            if g is None or tuple(g.shape) != (inputs.batch_size, *shape):
-                raise InvalidGradientError(
-                    f"defense {self.defense.name!r} released {name} as "
-                    f"{None if g is None else tuple(g.shape)}, expected {(inputs.batch_size, *shape)}")
-            update = g.mean(dim=0).to(params[name].dtype)
+        rng = self._child_rng()
+        literal = None
+        if self.path == "per_sample" or self.verify:
+            inputs = self._loss_inputs(samples, spec.algo)
+            literal = literal_update(self.defense, engine, inputs, copy.deepcopy(rng))
+            if self.verify:
+                self._record_sb3_error(literal, params)
+        if self.path == "per_sample":
+            updates = literal
+        elif self.path == "mean":
+            mean = {name: params[name].grad if params[name].grad is not None else torch.zeros(shape)
+                    for name, shape in engine.param_shapes.items()}
+            updates = cheap_update(self.defense, mean, engine.param_shapes, batch, rng)
+        else:
+            _, mean = engine.norms_and_weighted_mean(self._loss_inputs(samples, spec.algo), self.defense.clip_factors)
+            updates = cheap_update(self.defense, mean, engine.param_shapes, batch, rng)
+        if self.verify and self.path != "per_sample":
+            self.max_path_error = max(self.max_path_error, _relative_error(updates, literal))
+        for name, update in updates.items():
             if not torch.isfinite(update).all():
                 raise InvalidGradientError(f"defense {self.defense.name!r} released a non-finite gradient for {name}")
-            if self.verify and params[name].grad is not None:
-                diff += float((update - params[name].grad).double().norm() ** 2)
-                ref += float(params[name].grad.double().norm() ** 2)
-            params[name].grad = update
-        if self.verify and ref > 0:
-            self.max_rel_error = max(self.max_rel_error, math.sqrt(diff / ref))
-        torch.nn.utils.clip_grad_norm_(self.model.policy.parameters(), self.model.max_grad_norm)
+            params[name].grad = update.to(params[name].dtype)
+        torch.nn.utils.clip_grad_norm_(self.model.policy.parameters(), self.max_grad_norm)
         self.updates += 1
-        self.released_samples += inputs.batch_size
+        self.released_samples += batch
+
+    def _record_sb3_error(self, literal: dict[str, torch.Tensor], params: dict[str, torch.nn.Parameter]) -> None:
+        sb3 = {name: params[name].grad for name in literal if params[name].grad is not None}
+        if sb3:
+            self.max_rel_error = max(self.max_rel_error, _relative_error({n: literal[n] for n in sb3}, sb3))
 
     # -- action obfuscation -----------------------------------------------------------------------------------
     def relabel_rollout(self) -> None:
@@ -198,6 +253,91 @@ class DefendedUpdates:
             return original_add(obs, next_obs, reported, *args, **kwargs)
 
         buffer.add = add
+
+
+def literal_update(defense: Any, engine: PerSampleGradients, inputs: LossInputs,
+                   rng: np.random.Generator) -> dict[str, torch.Tensor]:
+    """The literal path: the mean of the released per-sample gradients (the runner's release contract
+    checked: every name, shape ``(B, ...)``; finiteness is checked on the update)."""
+    released = defense.release(GradientStream(engine(inputs)), rng)
+    out = {}
+    for name, shape in engine.param_shapes.items():
+        g = released.tensors.get(name)
+        if g is None or tuple(g.shape) != (inputs.batch_size, *shape):
+            raise InvalidGradientError(
+                f"defense {defense.name!r} released {name} as "
+                f"{None if g is None else tuple(g.shape)}, expected {(inputs.batch_size, *shape)}")
+        out[name] = g.mean(dim=0)
+    return out
+
+
+def cheap_update(defense: Any, mean: dict[str, torch.Tensor], shapes: dict[str, tuple[int, ...]], batch: int,
+                 rng: np.random.Generator, literal_draws: bool = False) -> dict[str, torch.Tensor]:
+    """A ``mean`` or ``norms`` path's update from the (weighted) batch mean: ``transform_mean``, then
+    ``noise_of_mean`` added."""
+    transform = getattr(defense, "transform_mean", None)
+    update = dict(transform(mean)) if transform is not None else dict(mean)
+    noise_of_mean = getattr(defense, "noise_of_mean", None)
+    if noise_of_mean is not None:
+        noise = noise_of_mean(shapes, batch, rng, literal=literal_draws)
+        update = {name: update[name] + noise[name] for name in shapes}
+    return update
+
+
+def _relative_error(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> float:
+    diff = sum(float((got[n].double() - ref[n].double()).norm() ** 2) for n in ref)
+    scale = sum(float(ref[n].double().norm() ** 2) for n in ref)
+    return math.sqrt(diff / scale) if scale > 0 else math.sqrt(diff)
+
+
+def _check_batch(policy: Any, algo: str, batch: int = CHECK_BATCH, seed: int = 0) -> LossInputs:
+    """A small, seeded batch in the policy's input format: observations drawn from its space, random
+    actions, advantages, returns and targets. The check compares two ways of computing one function of the
+    per-sample gradients, so any inputs that give non-trivial gradients serve."""
+    from stable_baselines3.common.utils import obs_as_tensor
+
+    space = policy.observation_space
+    space.seed(seed)
+    draws = [space.sample() for _ in range(batch)]
+    if isinstance(draws[0], dict):
+        obs = {k: np.stack([d[k] for d in draws]) for k in draws[0]}
+    else:
+        obs = np.stack(draws)
+    gen = torch.Generator().manual_seed(seed)
+    n_actions = int(policy.action_space.n)
+    # Large advantages/targets: many samples' gradients exceed typical clipping norms, so clipping is exercised.
+    values = [10.0 * torch.randn(batch, generator=gen) for _ in range(3)]
+    actions = torch.randint(0, n_actions, (batch,), generator=gen)
+    obs_tensor = obs_as_tensor(obs, "cpu")
+    if algo == "dqn":
+        return LossInputs(obs=obs_tensor, actions=actions, q_targets=values[2])
+    return LossInputs(obs=obs_tensor, actions=actions, advantages=values[0], returns=values[1],
+                      old_log_prob=None)
+
+
+def check_declared_path(defense: Any, path: str, policy: Any, spec: LossSpec, tolerance: float = 1e-4) -> None:
+    """Before training: the declared cheaper path must give the literal path's update on a small batch.
+
+    Both are computed with the same seed and literal draws (``noise_of_mean(..., literal=True)`` draws what
+    ``release`` draws), so they agree up to float rounding; a defense whose release depends on more than it
+    declares (clipping declared as ``mean``, a per-sample transform declared as ``norms``) differs by far more.
+    """
+    if path == "per_sample":
+        return  # the literal path itself
+    engine = PerSampleGradients(policy, spec)
+    inputs = _check_batch(policy, spec.algo)
+    literal = literal_update(defense, engine, inputs, np.random.default_rng(0))
+    weights = defense.clip_factors if path == "norms" else (lambda norms: torch.ones_like(norms))
+    _, mean = engine.norms_and_weighted_mean(inputs, weights)
+    cheap = cheap_update(defense, mean, engine.param_shapes, inputs.batch_size, np.random.default_rng(0),
+                         literal_draws=True)
+    error = _relative_error(cheap, literal)
+    if not error <= tolerance:
+        raise DefenseDeclarationError(
+            f"defense {defense.name!r} declares needs={path!r}, but on a {inputs.batch_size}-sample check batch "
+            f"that path's update differs from the mean of its released gradients by {error:.2e} (relative; "
+            f"allowed {tolerance:.0e}). Its release needs more than it declares: declare needs='per_sample' "
+            f"(or fix transform_mean / clip_factors / noise_of_mean). See docs/defenses.md.")
 
 
 class _RelabelRollout(BaseCallback):
