@@ -9,6 +9,7 @@ import gymnasium
 _ENVS = {
     "gradleak/PointNav-v0": ("gradleak_bench.envs.backend:make_pointnav", 200),
     "gradleak/ActivePerception-v0": ("gradleak_bench.envs.backend:make_active_perception", 100),
+    "gradleak/PointNavContinuous-v0": ("gradleak_bench.envs.backend:make_pointnav_continuous", 200),
 }
 
 

@@ -155,7 +155,19 @@ def make_active_perception(backend: str = "pybullet", **kwargs: Any):
     return make_task_env("ActivePerception", backend, **kwargs)
 
 
-make_pointnav.metadata = make_active_perception.metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+def make_pointnav_continuous(backend: str = "pybullet", **kwargs: Any):
+    """Entry point of ``gradleak/PointNavContinuous-v0`` (PyBullet only: the AI2-THOR and Habitat adapters
+    execute the discrete primitives)."""
+    if backend != "pybullet":
+        raise ValueError(f"gradleak/PointNavContinuous-v0 runs on the pybullet backend only, not {backend!r}; "
+                         "drop backend= or use gradleak/PointNav-v0 for the other simulators.")
+    from gradleak_bench.envs.pybullet import household
+
+    return household.PointNavContinuousEnv(**kwargs)
+
+
+_METADATA = {"render_modes": ["rgb_array"], "render_fps": 10}
+make_pointnav.metadata = make_active_perception.metadata = make_pointnav_continuous.metadata = _METADATA
 
 
 def as_int_layout(value: Any) -> Any:

@@ -21,12 +21,15 @@ class TaskSpec:
         name: short name used on the command line (``PointNav``).
         gym_id: the gymnasium id (``gradleak/PointNav-v0``).
         description: one line for ``gradleak-bench list``.
-        action_names: the discrete actions, index = action id.
+        action_names: the discrete actions, index = action id; for a continuous task, the components of its
+            ``Box`` action, in order.
         obs_fields: truth fields taken from the observation (what the policy sees).
         info_fields: truth fields taken from ``info`` (sensors the policy does not see, e.g. PointNav depth).
         victims: names of the victims in the zoo for this task; the first is the default.
         sequence_length: steps per held-out episode.
         episodes_per_layout: held-out episodes per layout in the standard split.
+        action_kind: ``discrete`` (``Discrete`` actions; ``action`` truth is an int64 index) or ``continuous``
+            (``Box`` actions; ``action`` truth is the float32 vector the loss used, docs/continuous-actions.md).
     """
 
     name: str
@@ -38,9 +41,11 @@ class TaskSpec:
     victims: tuple[str, ...]
     sequence_length: int = 8
     episodes_per_layout: int = 4
+    action_kind: str = "discrete"
 
     @property
     def n_actions(self) -> int:
+        """The number of discrete actions, or the dimension of a continuous action."""
         return len(self.action_names)
 
     @property
@@ -70,6 +75,16 @@ TASKS: dict[str, TaskSpec] = {
             obs_fields=("rgb", "depth", "bbox"),
             info_fields=(),
             victims=("dqn", "reinforce", "dqn_compact"),
+        ),
+        TaskSpec(
+            name="PointNavContinuous",
+            gym_id="gradleak/PointNavContinuous-v0",
+            description="PointNav with continuous (linear, angular) velocity commands (SAC / Gaussian PPO)",
+            action_names=("linear", "angular"),
+            obs_fields=("rgb",),
+            info_fields=("depth", "goal"),
+            victims=("ppo_gaussian", "sac"),
+            action_kind="continuous",
         ),
     )
 }

@@ -16,7 +16,7 @@ import pybullet as p
 from gymnasium import spaces
 
 from gradleak_bench import splits
-from gradleak_bench.envs.common import goal_vector, target_view
+from gradleak_bench.envs.common import goal_vector, target_view, velocity_command
 from gradleak_bench.errors import InvalidLayoutError
 from gradleak_bench.envs.pybullet import quiet_stdout
 from gradleak_bench.envs.pybullet.apartment import TARGET_TYPES, Apartment, generate_apartment
@@ -277,6 +277,35 @@ class PointNavEnv(HouseholdEnv):
 
     def _task_info(self) -> dict[str, Any]:
         return {"goal": self._goal_vector(), "goal_position": self.goal_position.copy(), "success": self._success()}
+
+
+class PointNavContinuousEnv(PointNavEnv):
+    """PointNav with continuous (linear, angular) velocity commands: the same layouts, camera, goals, reward,
+    success radius and 200-step limit as :class:`PointNavEnv`.
+
+    Action: ``Box(-1, 1, (2,))``, (linear, angular), each clipped to [-1, 1]; full speed is 0.25 m forward
+    (negative: backward) and 15 deg counter-clockwise per one-second step (see
+    :func:`gradleak_bench.envs.common.velocity_command` for the motion model). The translation is tested for
+    collisions as the discrete robot's moves are, and a blocked translation leaves the robot where it was
+    (``info["collided"]``); the turn always happens (a cylinder turning in place never collides). The camera
+    stays level: the look up/down actions of PointNav have no continuous counterpart here, so ``camera_pitch``
+    is always 0.
+    """
+
+    def __init__(self, layouts: str | Sequence[int] = "train", image_size: int = 64,
+                 render_mode: str | None = None, fov: float = 90.0, progress_reward: float = 0.0):
+        super().__init__(layouts, image_size, render_mode, fov, progress_reward)
+        self.action_space = spaces.Box(-1.0, 1.0, (2,), dtype=np.float32)
+
+    def step(self, action):
+        if self._robot is None:
+            raise RuntimeError("call reset() before step().")
+        forward, strafe, turn_deg = velocity_command(action)
+        self._collided = self._robot.move(forward, strafe) if (forward or strafe) else False
+        self._robot.rotate(turn_deg)
+        self._render_frame()
+        reward, terminated = self._reward()
+        return self._observation(), float(reward), bool(terminated), False, self._info()
 
 
 class ActivePerceptionEnv(HouseholdEnv):

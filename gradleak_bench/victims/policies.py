@@ -19,11 +19,11 @@ from gradleak_bench.victims.zoo import VictimSpec
 
 
 def algorithm_class(algo: str) -> type:
-    from stable_baselines3 import A2C, DQN, PPO
+    from stable_baselines3 import A2C, DQN, PPO, SAC
 
     from gradleak_bench.victims.reinforce import Reinforce
 
-    return {"ppo": PPO, "a2c": A2C, "dqn": DQN, "reinforce": Reinforce}[algo]
+    return {"ppo": PPO, "a2c": A2C, "dqn": DQN, "reinforce": Reinforce, "sac": SAC}[algo]
 
 
 def resolve_policy_kwargs(policy_kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gradleak_bench.errors import UnknownNameError
@@ -37,7 +37,7 @@ class VictimSpec:
     Attributes:
         task: task name.
         name: victim name, unique within the task (``ppo``, ``a2c``, ``dqn``, ...).
-        algo: ``ppo``, ``a2c``, ``dqn`` or ``reinforce``.
+        algo: ``ppo``, ``a2c``, ``dqn``, ``reinforce`` or ``sac``.
         policy: SB3 policy alias (``CnnPolicy``, ``MultiInputPolicy``).
         policy_kwargs: JSON-able kwargs; ``features_extractor`` names an extractor of
             :data:`gradleak_bench.victims.architectures.EXTRACTORS`.
@@ -91,6 +91,28 @@ def _ppo(name: str, policy_kwargs: dict[str, Any], timesteps: int, description: 
     )
 
 
+def _continuous_victims() -> tuple[VictimSpec, ...]:
+    """PointNavContinuous victims (docs/continuous-actions.md): compact, so the exactness tests stay fast.
+    Only ``init`` is published; their ``trained`` budgets are stated but were never run."""
+    compact = {"features_extractor": "CompactCNN"}
+    ppo = _ppo("ppo_gaussian", {**compact, "net_arch": []}, 20_000,
+               "PPO with a diagonal Gaussian policy (state-independent log_std) on CompactCNN")
+    sac = VictimSpec(
+        task="PointNavContinuous", name="sac", algo="sac", policy="CnnPolicy",
+        policy_kwargs={**compact, "net_arch": [32]},
+        # A fixed temperature: SB3's "auto" keeps log_alpha outside the policy, so the gradient would not be a
+        # function of the checkpoint alone.
+        loss=LossSpec(algo="sac", gamma=0.99, gae_lambda=1.0, ent_coef=0.1, vf_coef=0.0,
+                      advantage_normalization="none"),
+        train=TrainSpec(total_timesteps=20_000, n_envs=1, seed=1, hyperparams=dict(
+            learning_rate=3e-4, buffer_size=20_000, learning_starts=1_000, batch_size=64, ent_coef=0.1,
+            gamma=0.99, tau=0.005), env_kwargs=SHAPED),
+        init_seed=1,
+        description="SAC (twin critics, tanh-squashed Gaussian actor) on CompactCNN",
+    )
+    return (replace(ppo, task="PointNavContinuous"), sac)
+
+
 VICTIMS: dict[str, VictimSpec] = {
     spec.key: spec
     for spec in (
@@ -139,6 +161,7 @@ VICTIMS: dict[str, VictimSpec] = {
             exploration_eps=0.1,
             description="small DQN for fast tests",
         ),
+        *_continuous_victims(),
     )
 }
 
