@@ -163,6 +163,30 @@ def trace_per_timestep(data: dict) -> str:
     return markdown(["victim", "attack", "t=1", *(str(t) for t in range(2, steps + 1))], rows)
 
 
+# ------------------------------------------------------------------ split identity (docs/tasks.md)
+
+SPLIT_MARGINS = "benchmarks/results/split_identity_margins.json"
+
+
+def split_identity_margins(data: dict) -> str:
+    """Rounding rows: the largest ratio over episodes; change rows: the smallest. ``~0``: below 0.001, the
+    field is not changed by that change (what remains is the record's 9-digit rounding of the sketch)."""
+    fields = sorted({f for row in data["rounding"].values() for f in row["max_ratio"]})
+
+    def cell(value: float | None) -> str:
+        if value is None:
+            return "--"
+        return "~0" if value < 1e-3 else f"{value:.2g}"
+
+    rows = [[f"rounding: {name} (identity {'equal' if row['identity_equal'] else 'DIFFERENT'}, "
+             f"{row['bit_identical_episodes']}/{data['sampling_without_replay'][name]['episodes']} episodes "
+             "bit-identical)", *(cell(row["max_ratio"].get(f)) for f in fields)]
+            for name, row in data["rounding"].items()]
+    rows += [[f"change: {name}", *(cell(row["min_ratio"].get(f)) for f in fields)]
+             for name, row in data["real_changes"].items()]
+    return markdown(["RMS difference / tolerance", *(f"`{f}`" for f in fields)], rows)
+
+
 # ------------------------------------------------------------------ registry
 
 TABLES: dict[str, Table] = {
@@ -170,6 +194,7 @@ TABLES: dict[str, Table] = {
     "inversion_ablation": Table("docs/inversion-attacks.md", (INVERSION,), inversion_ablation),
     "tsp_results": Table("docs/tsp.md", (TSP,), tsp_results),
     "trace_per_timestep": Table("docs/trace.md", (TRACE_STEPS,), trace_per_timestep),
+    "split_identity_margins": Table("docs/tasks.md", (SPLIT_MARGINS,), split_identity_margins),
 }
 
 
