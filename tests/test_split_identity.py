@@ -260,3 +260,19 @@ def test_the_official_split_verifies_under_another_cpu_code_path(path_name, tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == splits.official_identity(official_config.key)
     assert "the official split" in proc.stdout
+
+
+def test_evaluate_scores_a_non_standard_draw_as_unofficial(tmp_path):
+    """`evaluate --dataset-seed 1` scores `generate --seed 1`'s episodes: same held-out layouts, other
+    episodes, no identity in the manifest, so the run says unofficial."""
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "gradleak_bench.cli", "evaluate", "closed_form", "--victim", VICTIM,
+                           "--dataset-seed", "1", "--episodes", "2", "--out", str(out), "--wandb", "disabled"],
+                          capture_output=True, text=True, env=dict(os.environ), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    draw = datasets.standard_config(TASK, VICTIM, CHECKPOINT, "test", seed=1)
+    assert results["dataset"] == draw.key and results["dataset_seed"] == 1
+    assert results["dataset_official"] is None
+    assert results["dataset_identity"] == datasets.load_or_generate(draw, progress=False).identity
+    assert splits.official_identity(draw.key) is None
