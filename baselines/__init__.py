@@ -6,6 +6,10 @@ from gradleak_bench.plugins import register
 register("attack", "closed_form", "gradleak_bench.baselines.attacks.closed_form:ClosedFormAction",
          "actions from the policy head's gradient (TRACE's column-sum theorem, QGI's one-hot bias rule)")
 
+register("attack", "closed_form_gaussian",
+         "gradleak_bench.baselines.attacks.closed_form_gaussian:ClosedFormGaussian",
+         "continuous actions in closed form: Gaussian PPO's mean head + log_std, or SAC's first critic layer")
+
 register("defense", "none", "gradleak_bench.baselines.defenses.basic:NoDefense", "release exact gradients")
 register("defense", "gaussian_noise", "gradleak_bench.baselines.defenses.basic:GaussianNoise",
          "add N(0, sigma^2) per coordinate (param: sigma)")

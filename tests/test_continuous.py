@@ -196,3 +196,130 @@ def test_engine_leaves_policy_untouched_and_names_errors() -> None:
         engine(ContinuousLossInputs(obs_t, torch.zeros(2, DIM), q_targets=torch.zeros(2)))
     with pytest.raises(ValueError, match=r"shape \(B, 2\)"):
         engine(ContinuousLossInputs(obs_t, torch.zeros(2), q_targets=torch.zeros(2), noise=torch.zeros(2, DIM)))
+
+
+# --- the env ----------------------------------------------------------------------------------------
+
+def test_pointnav_continuous_motion_model() -> None:
+    """Full speed is one discrete step; a turn and its reverse undo each other (midpoint rule); commands are
+    clipped; a non-finite command is one clear error; the look actions have no counterpart (pitch 0)."""
+    import gradleak_bench  # noqa: F401  (registers the ids)
+
+    env = gym.make("gradleak/PointNavContinuous-v0", layouts="train", image_size=16)
+    try:
+        assert env.action_space == spaces.Box(-1.0, 1.0, (2,), np.float32)
+        assert env.spec.max_episode_steps == gym.spec("gradleak/PointNav-v0").max_episode_steps
+        _, info = env.reset(seed=0)
+        start = info["pose"].astype(np.float64)
+        _, reward, _, _, info = env.step(np.array([3.0, 0.0], np.float32))  # clipped to full speed
+        moved = np.hypot(*(info["pose"][:2] - start[:2]))
+        assert info["collided"] or moved == pytest.approx(0.25, abs=1e-5)
+        assert reward <= 1.0 and info["camera_pitch"] == 0.0
+        before = info["pose"].astype(np.float64)
+        env.step(np.array([0.6, 1.0], np.float32))
+        _, _, _, _, info = env.step(np.array([-0.6, -1.0], np.float32))
+        np.testing.assert_allclose(info["pose"], before, atol=1e-5)
+        with pytest.raises(ValueError, match="two finite numbers"):
+            env.step(np.array([np.nan, 0.0], np.float32))
+    finally:
+        env.close()
+
+
+def test_blocked_translation_does_not_move_the_robot() -> None:
+    from gradleak_bench.envs.pybullet.household import PointNavContinuousEnv
+
+    env = PointNavContinuousEnv(layouts="train", image_size=16)
+    try:
+        env.reset(seed=0)
+        robot = env.robot
+        for _ in range(400):  # drive straight on until a wall stops the robot
+            x, y, yaw = robot.x, robot.y, robot.yaw
+            *_, info = env.step(np.array([1.0, 0.0], np.float32))
+            if info["collided"]:
+                assert (robot.x, robot.y, robot.yaw) == (x, y, yaw)
+                break
+        else:
+            pytest.fail("the robot never met a wall")
+    finally:
+        env.close()
+
+
+# --- victims, episodes and the closed-form attack ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def test_env():
+    import gradleak_bench  # noqa: F401
+
+    env = gym.make("gradleak/PointNavContinuous-v0", layouts="test")
+    yield env
+    env.close()
+
+
+def _attack(victim_name: str, env, episodes: int = 2, steps: int = 5):
+    from gradleak_bench import splits
+    from gradleak_bench.baselines.attacks.closed_form_gaussian import ClosedFormGaussian
+    from gradleak_bench.records import ObservedEpisode, VictimInfo
+    from gradleak_bench.stream.continuous import ContinuousEpisodeGradients
+    from gradleak_bench.victims.checkpoint import load_victim
+    from gradleak_bench.victims.continuous_rollout import rollout
+
+    victim = load_victim("PointNavContinuous", victim_name, "init")
+    gradients = ContinuousEpisodeGradients(victim.policy, victim.spec.loss, env.observation_space)
+    info = VictimInfo("PointNavContinuous", victim_name, "init", victim.spec.loss, victim.policy,
+                      env.observation_space, env.action_space, gradients.param_shapes, 2)
+    attack = ClosedFormGaussian()
+    assert attack.supports(info) is None
+    for i, layout in enumerate(splits.layouts("test")[:episodes]):
+        episode = rollout(victim, env, layout, seed=i, max_steps=steps)
+        released = ObservedEpisode(f"k{i}", np.arange(episode.length), gradients(episode))
+        yield episode, attack.reconstruct(released, info)
+
+
+ACTION_TOL = 1e-4  # action units; measured max 2.4e-7 (docs/continuous-actions.md)
+
+
+def test_closed_form_recovers_gaussian_ppo_actions_and_advantages(test_env) -> None:
+    from gradleak_bench.metrics.continuous import action_mae
+
+    for episode, recon in _attack("ppo_gaussian", test_env):
+        truth = episode.steps["action"]
+        assert truth.dtype == np.float32 and truth.shape == (episode.length, 2)
+        assert not recon.extras["degenerate"].any()
+        assert action_mae(recon.fields["action"], truth).max() < ACTION_TOL
+        np.testing.assert_allclose(recon.extras["advantage"], episode.steps["advantage"], atol=1e-4)
+        # The mean head alone (no log_std) is no answer: mu differs from the executed action.
+        assert action_mae(recon.extras["mean_action"], truth).mean() > 100 * ACTION_TOL
+
+
+def test_closed_form_recovers_sac_actions_from_the_critic(test_env) -> None:
+    from gradleak_bench.metrics.continuous import action_mae
+
+    for episode, recon in _attack("sac", test_env, episodes=1):
+        assert {"noise", "q_target"} <= set(episode.steps)
+        assert action_mae(recon.fields["action"], episode.steps["action"]).max() < ACTION_TOL
+
+
+def test_closed_form_says_what_it_cannot_read() -> None:
+    """A = 0 leaves only the entropy term in the gradient: no action, the step is marked degenerate."""
+    from gradleak_bench.baselines.attacks.closed_form_gaussian import gaussian_advantage
+
+    u = torch.tensor([[0.3, -0.8], [0.0, 0.0]], dtype=torch.float64)
+    a = torch.tensor([1.7, 0.0], dtype=torch.float64)
+    z = torch.tensor([[0.3 / 1.7, -0.8 / 1.7], [0.0, 0.0]], dtype=torch.float64)
+    v = a[:, None] * (1 - z.pow(2))
+    torch.testing.assert_close(gaussian_advantage(u, v)[:1], a[:1])
+    assert gaussian_advantage(u, v)[1] == 0.0
+
+
+def test_continuous_action_metrics_and_registry() -> None:
+    import doctest
+
+    import gradleak_bench.metrics as metrics
+    from gradleak_bench.metrics import continuous
+
+    assert doctest.testmod(continuous).failed == 0
+    assert metrics.get_metric("action_mae").field == "action"
+    assert [m.name for m in metrics.metrics_for_fields(["action"])] == ["action_accuracy", "action_hist_tv"]
+    assert np.isnan(continuous.action_mae(np.array([[np.nan, 0.0]]), np.zeros((1, 2))))[0]
+    with pytest.raises(ValueError, match=r"\(T, d\)"):
+        continuous.action_cosine(np.zeros(3), np.zeros(3))

@@ -4,7 +4,7 @@ Importing this package registers every built-in metric (images, discrete actions
 look them up with :func:`get_metric` or :func:`metrics_for_fields`, and summarise per-episode values with
 :func:`bootstrap_ci` / :func:`summarize`.
 """
-from gradleak_bench.metrics import discrete, images, protocols, trajectory, vectors  # noqa: F401  (registration side effect)
+from gradleak_bench.metrics import continuous, discrete, images, protocols, trajectory, vectors  # noqa: F401  (registration side effect)
 from gradleak_bench.metrics.discrete import action_accuracy, action_hist_tv
 from gradleak_bench.metrics.images import (
     DEPTH_RANGE_M,

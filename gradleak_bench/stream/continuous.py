@@ -267,3 +267,36 @@ def gradient_engine(policy: nn.Module, loss: LossSpec):
     from gradleak_bench.stream.per_sample import PerSampleGradients
 
     return PerSampleGradients(policy, loss)
+
+
+class ContinuousEpisodeGradients:
+    """:class:`~gradleak_bench.stream.replay.EpisodeGradients` for continuous victims: an episode's truth
+    (``action`` ``(T, d)`` float, ``advantage``/``return`` or ``q_target``/``noise``) to its gradient stream.
+
+    Args:
+        policy: the victim's SB3 policy (never modified).
+        loss: the victim's loss (``ppo`` or ``sac``).
+        env_observation_space: the environment's observation space (channel-last images).
+    """
+
+    def __init__(self, policy: Any, loss: LossSpec, env_observation_space: spaces.Space):
+        self.policy, self.loss, self.env_space = policy, loss, env_observation_space
+        self.engine = ContinuousPerSampleGradients(policy, loss)
+
+    @property
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        return dict(self.engine.param_shapes)
+
+    def inputs(self, steps: Mapping[str, Any]) -> ContinuousLossInputs:
+        from gradleak_bench.stream.replay import env_observations
+
+        obs, _ = self.policy.obs_to_tensor(env_observations(dict(steps), self.env_space))
+        field = lambda name: torch.as_tensor(steps[name], dtype=torch.float32) if name in steps else None  # noqa: E731
+        return ContinuousLossInputs(obs=obs, actions=field("action"), advantages=field("advantage"),
+                                    returns=field("return"), q_targets=field("q_target"), noise=field("noise"))
+
+    def __call__(self, episode: Any):
+        from gradleak_bench.records import GradientStream
+
+        grads = self.engine(self.inputs(episode.steps))
+        return GradientStream({k: v.detach() for k, v in grads.items()})
