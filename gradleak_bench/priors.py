@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -345,7 +346,8 @@ def load(path: Path, config: PriorConfig) -> PriorSet:
         priors = tuple(_checked_prior(entry, tensors) for entry in json.loads(meta["priors"]))
         return PriorSet(config, priors, int(meta["n_episodes"]), int(meta["n_steps"]), float(meta["fit_seconds"]))
     except (OSError, SafetensorError, KeyError, TypeError, ValueError) as exc:
-        raise CorruptFileError(f"cannot read prior file {path}: {exc}. Delete it; it is refitted on the next run.") from exc
+        raise CorruptFileError(f"cannot read prior file {path}: {exc}. Delete it; it is refitted on the next "
+                               "run.") from exc
 
 
 def _checked_prior(entry: Any, tensors: Mapping[str, np.ndarray]) -> Prior:
@@ -406,6 +408,118 @@ def load_or_fit(config: PriorConfig, progress: bool = False,
     return priors
 
 
+STEPS_ENV = "GRADLEAK_BENCH_PRIOR_STEPS"
+"""Overrides :data:`MAX_FIT_STEPS` (the test suite fits on a few steps); it is part of the cache key."""
+
+
 def config_for(task: str, victim: str, checkpoint: str, sequence_length: int) -> PriorConfig:
-    """The standard :class:`PriorConfig` for a held-out dataset of ``sequence_length`` steps."""
-    return PriorConfig(task=task, victim=victim, checkpoint=checkpoint, sequence_length=int(sequence_length))
+    """The standard :class:`PriorConfig` for a held-out dataset of ``sequence_length`` steps.
+
+    Raises:
+        GradleakError: If :data:`STEPS_ENV` is set to anything but a positive integer.
+    """
+    raw = os.environ.get(STEPS_ENV, str(MAX_FIT_STEPS))
+    if not raw.isdigit() or int(raw) < 1:
+        raise GradleakError(f"{STEPS_ENV}={raw!r} is not a positive number of train steps; unset it (default "
+                            f"{MAX_FIT_STEPS}) or set it to e.g. 1024.")
+    return PriorConfig(task=task, victim=victim, checkpoint=checkpoint, sequence_length=int(sequence_length),
+                       max_steps=int(raw))
+
+
+# ------------------------------------------------------------------------------------------ scorer references
+
+
+PRIOR_PREFIX = "prior:"
+"""Reference names of the priors in results (``prior:mean_frame``), apart from the swap control."""
+
+
+@dataclass(frozen=True)
+class PriorReference:
+    """One named prior as a gradient-free reference the scorer scores beside the attack.
+
+    ``reconstruct(length)`` sees the episode's length only. The histogram draw is therefore the same for every
+    episode of one length (a fixed guess drawn from the train histogram, independent of every held-out episode).
+    A prior's score on an episode does not depend on the attack, so :meth:`score` keeps it in ``score_cache``
+    (one small JSON per episode) and every later run on the same dataset reads it instead of scoring again.
+    """
+
+    name: str
+    priors: tuple[Prior, ...]
+    score_cache: str | None = None
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(p.field for p in self.priors)
+
+    def reconstruct(self, length: int) -> dict[str, np.ndarray]:
+        return {p.field: p.apply(length, key=f"length-{length}") for p in self.priors}
+
+    def score(self, metrics: list, truth: Episode) -> dict[str, float]:
+        """This prior's value of each of ``metrics`` on ``truth`` (the scorer's own rules), cached per episode."""
+        from gradleak_bench.run.scorer import score
+
+        wanted = [m for m in metrics if m.field in self.fields and m.field in truth.steps]
+        cached = _read_scores(self._path(truth.episode_id))
+        mine = cached.setdefault(self.name, {})
+        missing = [m for m in wanted if m.name not in mine]
+        if missing:
+            values, _ = score(missing, self.reconstruct(truth.length), truth)
+            mine.update(values)
+            if self.score_cache is not None:
+                _write_scores(self._path(truth.episode_id), cached)
+        return {m.name: mine[m.name] for m in wanted if m.name in mine}
+
+    def _path(self, episode_id: str) -> Path | None:
+        return None if self.score_cache is None else Path(self.score_cache) / f"{episode_id}.json"
+
+
+def _read_scores(path: Path | None) -> dict[str, dict[str, float]]:
+    """A score cache file's content; anything malformed reads as empty (it is rescored, never trusted)."""
+    if path is None or not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for ref, values in data.items():
+        if isinstance(ref, str) and isinstance(values, dict):
+            out[ref] = {k: (float("nan") if v is None else float(v)) for k, v in values.items()
+                        if isinstance(k, str) and (v is None or _is_number(v))}
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _write_scores(path: Path, scores: Mapping[str, Mapping[str, float]]) -> None:
+    from gradleak_bench.paths import atomic_write_bytes
+
+    plain = {ref: {k: (v if np.isfinite(v) else None) for k, v in values.items()} for ref, values in scores.items()}
+    atomic_write_bytes(path, json.dumps(plain, sort_keys=True).encode())
+
+
+def references(priors: PriorSet, fields: Iterable[str], score_cache: str | None = None) -> list[PriorReference]:
+    """The :class:`PriorReference` of every prior name that reconstructs any of ``fields``, in fit order."""
+    wanted = set(fields)
+    grouped: dict[str, list[Prior]] = {}
+    for prior in priors.priors:
+        if prior.field in wanted:
+            grouped.setdefault(prior.name, []).append(prior)
+    return [PriorReference(PRIOR_PREFIX + name, tuple(group), score_cache) for name, group in grouped.items()]
+
+
+def references_for(dataset: Any, fields: Iterable[str], progress: bool = False) -> list[PriorReference]:
+    """The prior references of a held-out ``dataset`` (an :class:`~gradleak_bench.dataset.EpisodeDataset`):
+    fitted (or read from the cache) for its task, victim, checkpoint and episode length on the train layouts.
+    Their scores are cached per dataset content, except for fresh layouts, which are never written to disk."""
+    from gradleak_bench.paths import cache_dir
+
+    cfg = dataset.config
+    priors = load_or_fit(config_for(cfg.task, cfg.victim, cfg.checkpoint, cfg.sequence_length), progress)
+    fresh = str(cfg.split).startswith("fresh")
+    folder = None if fresh else str(cache_dir() / "priors" / "scores" / f"{priors.config.key}-{dataset.sha256[:16]}")
+    return references(priors, fields, folder)

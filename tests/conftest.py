@@ -12,6 +12,8 @@ def _hermetic(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monk
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path_factory.getbasetemp()))
+    # Gradient-free priors fitted on 16 train steps, not 4096: every evaluate fits them (gradleak_bench/priors.py).
+    monkeypatch.setenv("GRADLEAK_BENCH_PRIOR_STEPS", "16")
 
 
 def _shared_cache(factory: pytest.TempPathFactory):

@@ -152,3 +152,65 @@ def test_calibrate_pairs_finite_episodes_and_checks_lengths():
     assert calibrate([1.0], {"p": [np.nan]}, True)["best_prior"] is None
     with pytest.raises(ValueError, match="episodes"):
         calibrate([1.0, 2.0], {"p": [1.0]}, True)
+
+
+# --- in the scorer (gradleak_bench.run) ------------------------------------------------------------------
+
+
+def test_a_bad_prior_steps_variable_is_one_clear_error(monkeypatch):
+    monkeypatch.setenv(P.STEPS_ENV, "lots")
+    with pytest.raises(GradleakError, match="GRADLEAK_BENCH_PRIOR_STEPS"):
+        P.config_for("PointNav", "ppo", "init", 8)
+
+
+def test_prior_scores_are_the_scorers_and_are_cached_per_episode(tmp_path):
+    from gradleak_bench.metrics import get_metric
+    from gradleak_bench.run.scorer import score, score_references
+
+    metrics = [get_metric("rgb_psnr"), get_metric("action_accuracy"), get_metric("bbox_iou")]
+    refs = P.references(fitted(), ["rgb", "action"], str(tmp_path))
+    truth = episode(2)
+    first = score_references(refs, metrics, truth)
+    mean_frame = next(r for r in refs if r.name == "prior:mean_frame")
+    assert first["prior:mean_frame"] == score(metrics, mean_frame.reconstruct(3), truth)[0]
+    assert set(first["prior:majority_action"]) == {"action_accuracy"}
+    cache = tmp_path / f"{truth.episode_id}.json"
+    assert cache.is_file()
+    cache.write_text('{"prior:mean_frame": {"rgb_psnr": 99.0}}')  # a cached value is read back as is ...
+    assert score_references(refs, metrics, truth)["prior:mean_frame"]["rgb_psnr"] == 99.0
+    cache.write_text("[not json")  # ... and a damaged file is rescored, never trusted
+    assert score_references(refs, metrics, truth) == first
+
+
+def test_summary_names_the_best_prior_and_the_leakage_over_it():
+    from gradleak_bench.errors import CorruptFileError
+    from gradleak_bench.metrics import get_metric
+    from gradleak_bench.run.results import MetricResult
+    from gradleak_bench.run.scorer import EpisodeRow, summarise_metrics
+
+    rows = [EpisodeRow(f"L{i:03d}-E00", i, 8, "ok", metrics={"action_accuracy": 1.0},
+                       control={"action_accuracy": 0.2},
+                       references={"prior:majority_action": {"action_accuracy": 0.5 + 0.1 * (i % 2)},
+                                   "prior:action_histogram": {"action_accuracy": 0.3}}) for i in range(6)]
+    result = summarise_metrics(rows, [get_metric("action_accuracy")], seed=0, control=True)["action_accuracy"]
+    assert result.best_prior == "prior:majority_action"
+    assert result.prior_leakage.mean == pytest.approx(0.45) and result.leakage.mean == pytest.approx(0.8)
+    data = result.to_dict()
+    assert MetricResult.from_dict(data) == result
+    data["best_prior"] = "prior:not_scored"
+    with pytest.raises(CorruptFileError, match="best_prior"):
+        MetricResult.from_dict(data)
+
+
+def test_evaluate_reports_leakage_against_the_best_prior(tmp_path):
+    import json
+
+    from gradleak_bench.run import EvaluateConfig, evaluate
+
+    evaluate(EvaluateConfig(attack="closed_form", task="PointNav", victim="ppo_compact", episodes=3,
+                            out=str(tmp_path / "run"), wandb="disabled"), progress=False)
+    acc = json.loads((tmp_path / "run" / "results.json").read_text())["metrics"]["action_accuracy"]
+    assert acc["best_prior"].startswith("prior:") and acc["best_prior"] in acc["references"]
+    best = acc["references"][acc["best_prior"]]["mean"]
+    assert acc["prior_leakage"]["mean"] == pytest.approx(acc["mean"] - best)
+    assert {"prior:majority_action", "prior:action_histogram"} <= set(acc["references"])

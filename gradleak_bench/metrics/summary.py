@@ -124,7 +124,8 @@ def _interval(values: np.ndarray, confidence: float, n_resamples: int, seed: int
 
 
 def calibrate(values: ArrayLike, references: dict[str, ArrayLike], higher_is_better: bool,
-              confidence: float = 0.95, n_resamples: int = 10_000, seed: int = 0) -> dict[str, Any]:
+              confidence: float = 0.95, n_resamples: int = 10_000, seed: int = 0,
+              summaries: bool = True) -> dict[str, Any]:
     """An attack's per-episode metric against the best of several gradient-free references (the priors).
 
     The best reference is the one whose mean over the episodes is best in the metric's direction. It is chosen
@@ -137,6 +138,8 @@ def calibrate(values: ArrayLike, references: dict[str, ArrayLike], higher_is_bet
         values: The attack's per-episode values.
         references: Name -> per-episode values in the same episode order.
         higher_is_better: The metric's direction.
+        summaries: Also summarise each reference (``"priors"``); False skips those bootstraps when the caller
+            has them already.
 
     Returns:
         ``{"priors": {name: summary}, "best_prior": name, "leakage": summary}`` (summaries as
@@ -155,7 +158,8 @@ def calibrate(values: ArrayLike, references: dict[str, ArrayLike], higher_is_bet
         ref = np.asarray(ref, dtype=np.float64).ravel()
         if ref.shape != values.shape:
             raise ValueError(f"reference {name!r} has {ref.size} episodes, the metric {values.size}")
-        out["priors"][name] = summarize(ref, confidence, n_resamples, seed).to_dict()
+        if summaries:
+            out["priors"][name] = summarize(ref, confidence, n_resamples, seed).to_dict()
         if np.isfinite(ref).any():
             means[name] = float(np.nanmean(np.where(np.isfinite(ref), ref, np.nan)))
     if not means:

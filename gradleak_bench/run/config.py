@@ -28,6 +28,9 @@ class EvaluateConfig:
     out: str = "runs/latest"
     wandb: str = "offline"
     control: bool = True
+    # Score the gradient-free priors fitted on train layouts (gradleak_bench.priors) beside the attack and report
+    # leakage against the best of them (docs/priors.md). False skips the fit (tests, quick debugging runs).
+    priors: bool = True
     # Metric or field names to score (None: every metric of the attack's fields); one whose field the attack
     # does not reconstruct is skipped with a note in results.json (summary["notes"]), not an error.
     metrics: list[str] | None = None

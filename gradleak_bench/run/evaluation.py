@@ -161,6 +161,10 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
         if not metrics:
             raise GradleakError(f"nothing to score: no metric scores the fields {list(fields)} that attack "
                                 f"{attack.description['name']!r} reconstructs (metrics asked: {config.metrics})")
+        if config.priors:  # gradient-free priors, fitted on train layouts only (docs/priors.md)
+            from gradleak_bench.priors import references_for
+
+            references = references + references_for(dataset, {m.field for m in metrics}, progress)
         rng = np.random.default_rng(config.seed)
         seeds = [int(rng.integers(2**63)) for _ in episode_ids]  # the defense's, in canonical order
         context = Context(dataset, gradients, metrics, attack, defense, config.defense, n_actions, references)
@@ -393,7 +397,7 @@ class _Remote:
     """What a Ray worker's EpisodeWorker needs of the driver's context before it rebuilds its own."""
 
     def __init__(self, context: Context):
-        self.metrics = context.metrics
+        self.metrics, self.references = context.metrics, context.references
 
 
 def _versions() -> dict[str, str]:

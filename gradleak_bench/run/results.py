@@ -59,6 +59,8 @@ class MetricResult:
         control: the no-leak control (the attack's output for another episode's gradients), or None.
         leakage: mean over episodes of (metric - control), or None.
         references: other named gradient-free reconstructions scored on the same episodes (priors), by name.
+        best_prior: the ``prior:`` reference with the best mean (docs/priors.md), or None without priors.
+        prior_leakage: mean over episodes of (metric - best prior), paired, with its CI: the headline leakage.
     """
 
     mean: float
@@ -71,6 +73,8 @@ class MetricResult:
     control: Interval | None = None
     leakage: Interval | None = None
     references: Mapping[str, Interval] = field(default_factory=dict)
+    best_prior: str | None = None
+    prior_leakage: Interval | None = None
 
     @property
     def interval(self) -> Interval:
@@ -86,6 +90,9 @@ class MetricResult:
             out["leakage"] = self.leakage.to_dict()
         if self.references:
             out["references"] = {k: v.to_dict() for k, v in self.references.items()}
+        if self.best_prior is not None and self.prior_leakage is not None:
+            out["best_prior"] = self.best_prior
+            out["prior_leakage"] = self.prior_leakage.to_dict()
         return out
 
     @classmethod
@@ -113,7 +120,15 @@ class MetricResult:
             for label, iv in [("", own), (".control", control), *((f".references.{k}", v) for k, v in references.items())]:
                 if iv is not None:
                     _within(iv, bounds, f"{where}{label}")
-        return cls(own.mean, own.ci_low, own.ci_high, n, hib, unit, failed, control, leakage, references)
+        best = data.get("best_prior")
+        if best is not None and best not in references:
+            raise CorruptFileError(f"{where}.best_prior: {best!r} is not one of its references")
+        prior_leakage = (Interval.from_dict(data["prior_leakage"], f"{where}.prior_leakage")
+                         if best is not None and data.get("prior_leakage") is not None else None)
+        if (best is None) != (prior_leakage is None):
+            raise CorruptFileError(f"{where}: best_prior and prior_leakage come together or not at all")
+        return cls(own.mean, own.ci_low, own.ci_high, n, hib, unit, failed, control, leakage, references, best,
+                   prior_leakage)
 
 
 def _real(value: Any, where: str) -> float:

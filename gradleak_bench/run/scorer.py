@@ -189,6 +189,9 @@ def score_references(references: list[Reference], metrics: list[MetricSpec], tru
     """Each gradient-free reference's scores on one episode."""
     out = {}
     for ref in references:
+        if hasattr(ref, "score"):  # a reference that scores itself (the priors read cached scores)
+            out[ref.name] = ref.score(metrics, truth)
+            continue
         fields = {k: np.asarray(v)[:truth.length] for k, v in ref.reconstruct(truth.length).items()}
         out[ref.name], _ = score(metrics, fields, truth)
     return out
@@ -209,15 +212,34 @@ def summarise_metrics(rows: list[EpisodeRow], metrics: list[MetricSpec], seed: i
         if control and not all(math.isnan(v) for v in controls):
             control_iv = Interval(*bootstrap_ci(controls, seed=seed))
             leakage_iv = Interval(*bootstrap_ci([v - c for v, c in zip(values, controls)], seed=seed))
-        refs = {}
+        refs, per_ref = {}, {}
         for name in sorted({n for r in ok for n in r.references}):
             ref_values = [r.references.get(name, {}).get(metric.name, math.nan) for r in ok]
             if not all(math.isnan(v) for v in ref_values):
                 refs[name] = Interval(*bootstrap_ci(ref_values, seed=seed))
+                per_ref[name] = ref_values
+        best, prior_leakage = best_prior(values, per_ref, metric.higher_is_better, seed)
         out[metric.name] = MetricResult(
             mean, lo, hi, sum(not math.isnan(v) for v in values), metric.higher_is_better, metric.unit,
-            sum(r.failed_frames.get(metric.name, 0) for r in ok), control_iv, leakage_iv, refs)
+            sum(r.failed_frames.get(metric.name, 0) for r in ok), control_iv, leakage_iv, refs, best, prior_leakage)
     return out
+
+
+def best_prior(values: list[float], references: dict[str, list[float]], higher_is_better: bool,
+               seed: int) -> tuple[str | None, Interval | None]:
+    """The gradient-free prior (a ``prior:`` reference) with the best mean, and the attack's leakage over it
+    (metric - prior, paired per episode, with its CI): :func:`gradleak_bench.metrics.summary.calibrate`."""
+    from gradleak_bench.metrics.summary import calibrate
+    from gradleak_bench.priors import PRIOR_PREFIX
+
+    priors = {n: v for n, v in references.items() if n.startswith(PRIOR_PREFIX)}
+    if not priors:
+        return None, None
+    result = calibrate(values, priors, higher_is_better, seed=seed, summaries=False)
+    if result["best_prior"] is None:
+        return None, None
+    leak = result["leakage"]
+    return result["best_prior"], Interval(leak["mean"], leak["ci_low"], leak["ci_high"])
 
 
 def iter_truth(dataset: Any, episode_ids: list[str]) -> Iterator[Episode]:
