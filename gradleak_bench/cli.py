@@ -238,13 +238,21 @@ def print_summary(summary: dict) -> None:
              f"{summary['split']} split: {summary['n_episodes'] - summary['n_failed']}/{summary['n_episodes']} episodes, "
              f"{summary['ms_per_frame']:.2f} ms/frame{sealed}")
     table = Table(title=title)
-    for col in ("metric", "mean [95% CI]", "control", "leakage (metric - control)", "failed frames"):
+    for col in ("metric", "mean [95% CI]", "best prior", "leakage vs best prior", "swap control",
+                "leakage vs control", "failed frames"):
         table.add_column(col)
     fmt = lambda m: f"{m['mean']:.4g} [{m['ci_low']:.4g}, {m['ci_high']:.4g}]"  # noqa: E731
     for name, m in summary["metrics"].items():
-        table.add_row(name, fmt(m), fmt(m["control"]) if "control" in m else "-", fmt(m["leakage"]) if "leakage" in m else "-",
+        best = m.get("best_prior")
+        prior = f"{best.removeprefix('prior:')} {m['references'][best]['mean']:.4g}" if best else "-"
+        table.add_row(name, fmt(m), prior, fmt(m["prior_leakage"]) if best else "-",
+                      fmt(m["control"]) if "control" in m else "-", fmt(m["leakage"]) if "leakage" in m else "-",
                       str(m.get("failed_frames", 0)))
     console.print(table)
+    if any(m.get("best_prior") for m in summary["metrics"].values()):
+        console.print("leakage vs best prior = metric - the best gradient-free prior fitted on train layouts, paired "
+                      "per episode (the headline; docs/priors.md); the swap control is the attack's output for "
+                      "another episode.", markup=False, highlight=False, soft_wrap=True)
     for note in summary.get("notes", []):
         console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
 
