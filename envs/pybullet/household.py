@@ -168,6 +168,7 @@ class HouseholdEnv(gym.Env):
         self._robot = Robot(self._client, self._scene.obstacles)
         self._layout_id = layout
         self._free_points = self._scene.apartment.free_points()
+        self._free_rooms: np.ndarray | None = None  # room of each free point, computed once per layout when asked
         self._on_build()
 
     def _sample_free(self, mask: np.ndarray | None = None) -> np.ndarray:
@@ -356,7 +357,9 @@ class ActivePerceptionEnv(HouseholdEnv):
         apt = self.apartment
         room = apt.room_of(tx, ty)
         allowed = np.array((room,) + apt.neighbours(room))
-        rooms = np.array([apt.room_of(x, y) for x, y in self._free_points])
+        if self._free_rooms is None:  # 58 ms per reset when recomputed; a pure function of the layout
+            self._free_rooms = np.array([apt.room_of(x, y) for x, y in self._free_points])
+        rooms = self._free_rooms
         dist = np.linalg.norm(self._free_points - np.array([tx, ty]), axis=1)
         mask = np.isin(rooms, allowed) & (dist >= self.MIN_START_DISTANCE) & (dist <= self.MAX_START_DISTANCE)
         self._place_robot(mask)
