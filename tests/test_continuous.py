@@ -322,4 +322,5 @@ def test_continuous_action_metrics_and_registry() -> None:
     assert [m.name for m in metrics.metrics_for_fields(["action"])] == ["action_accuracy", "action_hist_tv"]
     assert np.isnan(continuous.action_mae(np.array([[np.nan, 0.0]]), np.zeros((1, 2))))[0]
     with pytest.raises(ValueError, match=r"\(T, d\)"):
-        continuous.action_cosine(np.zeros(3), np.zeros(3))
+        continuous.action_cosine(np.zeros((3, 2, 1)), np.zeros((3, 2, 1)))
+    np.testing.assert_allclose(continuous.action_cosine(np.array([0.5, -2.0]), np.array([1.0, 3.0])), [1.0, -1.0])

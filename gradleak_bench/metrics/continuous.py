@@ -13,9 +13,10 @@ from gradleak_bench.metrics.registry import MetricSpec, finite_steps, register_m
 def _vectors(metric: str, recon: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     recon, truth = np.asarray(recon, dtype=np.float64), np.asarray(truth, dtype=np.float64)
     require_same_shape(metric, recon, truth)
+    if recon.ndim == 1:  # a one-dimensional action space: (T,) is (T, 1)
+        return recon[:, None], truth[:, None]
     if recon.ndim != 2:
-        raise ValueError(f"{metric}: continuous actions have shape (T, d); got {recon.shape}. For discrete "
-                         "actions use action_accuracy.")
+        raise ValueError(f"{metric}: continuous actions have shape (T, d) or (T,); got {recon.shape}.")
     return recon, truth
 
 
