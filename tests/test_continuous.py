@@ -324,3 +324,13 @@ def test_continuous_action_metrics_and_registry() -> None:
     with pytest.raises(ValueError, match=r"\(T, d\)"):
         continuous.action_cosine(np.zeros((3, 2, 1)), np.zeros((3, 2, 1)))
     np.testing.assert_allclose(continuous.action_cosine(np.array([0.5, -2.0]), np.array([1.0, 3.0])), [1.0, -1.0])
+
+
+def test_discrete_generation_refuses_a_continuous_victim_with_one_message() -> None:
+    """`generate` / `evaluate` take integer actions; a continuous victim gets a GradleakError (exit 2)."""
+    from gradleak_bench.errors import GradleakError
+    from gradleak_bench.victims.checkpoint import load_victim
+    from gradleak_bench.victims.policies import PolicyActor
+
+    with pytest.raises(GradleakError, match="continuous_rollout"):
+        PolicyActor(load_victim("PointNavContinuous", "sac", "init").policy, "sac")

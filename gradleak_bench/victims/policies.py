@@ -104,6 +104,13 @@ class PolicyActor:
     probabilities (epsilon-greedy for DQN), so the same seed gives the same trajectory."""
 
     def __init__(self, policy: BasePolicy, algo: str, exploration_eps: float = 0.0):
+        if not isinstance(policy.action_space, gym.spaces.Discrete):
+            from gradleak_bench.errors import GradleakError
+
+            raise GradleakError(
+                "continuous-action victims (PointNavContinuous) have no held-out datasets yet: generate and "
+                "evaluate need integer actions. Roll their episodes out with "
+                "gradleak_bench.victims.continuous_rollout.rollout (docs/continuous-actions.md).")
         self.policy, self.algo, self.eps = policy, algo, exploration_eps
 
     @torch.no_grad()
