@@ -43,6 +43,9 @@ def main() -> None:
     parser.add_argument("--checkpoint", default="init")
     parser.add_argument("--episodes", type=int, default=8)
     parser.add_argument("--cold", action="store_true", help="fit in an empty cache (train episodes simulated)")
+    parser.add_argument("--overhead", default=None, metavar="ATTACK",
+                        help="also time warm `evaluate ATTACK` runs with and without the priors (in-process)")
+    parser.add_argument("--eval-episodes", type=int, default=48, help="episodes of the --overhead runs")
     args = parser.parse_args()
     if args.cold:
         os.environ["GRADLEAK_BENCH_CACHE"] = tempfile.mkdtemp(prefix="priors-bench-")
@@ -102,10 +105,68 @@ def main() -> None:
                     "omp_num_threads": os.environ.get("OMP_NUM_THREADS")},
         "metrics": metrics,
     }
+    if args.overhead:
+        out["overhead"] = overhead(args, test.config.victim)
     path = ROOT / "docs" / "data" / f"priors_{args.task}_{test.config.victim}_{args.checkpoint}.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {path.relative_to(ROOT)}: fit {priors.fit_seconds:.1f} s, apply {out['apply_ms_per_episode']:.1f} "
           f"ms + score {out['score_ms_per_episode']:.0f} ms per episode")
+
+
+def overhead(args: argparse.Namespace, victim: str) -> dict:
+    """What the priors add to a warm evaluate (dataset, victim, priors and their scores cached).
+
+    Wall times of whole runs swing by tens of percent on a shared machine, more than the priors cost, so the
+    priors' own work is timed directly, in the same process and conditions: building the references
+    (``references_for``), scoring them on every episode (``score_references``, cached scores), and the extra
+    summary work (``summarise_metrics`` with the reference scores minus without). It is compared with the
+    median wall time of warm runs without priors.
+    """
+    from gradleak_bench import dataset as datasets
+    from gradleak_bench.metrics import select_metrics
+    from gradleak_bench.priors import references_for
+    from gradleak_bench.run import EvaluateConfig, evaluate
+    from gradleak_bench.run.scorer import EpisodeRow, score_references, summarise_metrics
+
+    def run(priors: bool) -> float:
+        config = EvaluateConfig(attack=args.overhead, task=args.task, victim=victim, checkpoint=args.checkpoint,
+                                episodes=args.eval_episodes, out=tempfile.mkdtemp(prefix="priors-overhead-"),
+                                wandb="disabled", priors=priors)
+        start = time.perf_counter()
+        evaluate(config, progress=False, resume=False)
+        return time.perf_counter() - start
+
+    first = run(True)  # fills the score cache of this dataset
+    without = [run(False) for _ in range(3)]
+    test = datasets.load_or_generate(datasets.standard_config(args.task, victim, args.checkpoint), progress=False)
+    ids = episode_ids(test, args.eval_episodes)
+    fields = {"closed_form": ["action"]}.get(args.overhead, ["rgb", "action"])
+    metrics, _ = select_metrics(None, fields)
+    start = time.perf_counter()
+    refs = references_for(test, fields)
+    build_s = time.perf_counter() - start
+    rows, score_s = [], 0.0
+    for episode_id in ids:
+        episode = test.episode(episode_id)
+        start = time.perf_counter()
+        scores = score_references(refs, metrics, episode)
+        score_s += time.perf_counter() - start
+        rows.append(EpisodeRow(episode_id, episode.layout_id, episode.length, "ok",
+                               metrics=dict(scores[refs[0].name]), references=scores))
+    start = time.perf_counter()
+    summarise_metrics(rows, metrics, 0, False)
+    with_refs = time.perf_counter() - start
+    for row in rows:
+        row.references = {}
+    start = time.perf_counter()
+    summarise_metrics(rows, metrics, 0, False)
+    summary_s = with_refs - (time.perf_counter() - start)
+    added = build_s + score_s + summary_s
+    return {"attack": args.overhead, "episodes": args.eval_episodes, "fields": fields,
+            "first_with_priors_s": first, "without_priors_s": without,
+            "build_references_s": build_s, "score_references_s": score_s, "summary_extra_s": summary_s,
+            "added_s": added, "overhead": added / float(np.median(without)),
+            "load_average_after": os.getloadavg()[0]}
 
 
 if __name__ == "__main__":

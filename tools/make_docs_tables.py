@@ -187,6 +187,85 @@ def split_identity_margins(data: dict) -> str:
     return markdown(["RMS difference / tolerance", *(f"`{f}`" for f in fields)], rows)
 
 
+# ------------------------------------------------------------------ priors and calibrated leakage (docs/priors.md)
+
+PRIORS_PPO_INIT = "docs/data/priors_PointNav_ppo_init.json"
+CALIBRATED_RUNS = ("docs/data/runs/PointNav_ppo_init_closed_form_8.json",
+                   "docs/data/runs/PointNav_ppo_init_inverting_gradients_quick_8.json")
+
+
+def _interval(m: dict | None, digits: int = 3) -> str:
+    if not isinstance(m, dict) or not isinstance(m.get("mean"), (int, float)):
+        return "--"
+    return f"{m['mean']:.{digits}g} [{m['ci_low']:.{digits}g}, {m['ci_high']:.{digits}g}]"
+
+
+def priors_scores(data: dict) -> str:
+    """One row per metric: the best prior with its CI, then every prior's mean."""
+    rows = []
+    for metric, entry in data["metrics"].items():
+        best = entry["best_prior"]
+        others = ", ".join(f"{name.removeprefix('prior:')} {s['mean']:.3g}" for name, s in entry["priors"].items()
+                           if name != best and isinstance(s.get("mean"), (int, float)))
+        rows.append([f"`{metric}`", "higher" if entry["higher_is_better"] else "lower",
+                     best.removeprefix("prior:"), _interval(entry["priors"][best]), others or "--"])
+    return markdown(["metric", "better", "best prior", "its score [95% CI]", "the other priors (mean)"], rows)
+
+
+def priors_cost(data: dict) -> str:
+    fit, over = data["fit"], data.get("overhead")
+    rows = [["fit, reading or simulating the train episodes (episodes / steps)", f"{fit['fit_seconds']:.1f} s ({fit['n_episodes']} / {fit['n_steps']})"],
+            ["load from the cache", f"{1e3 * fit['warm_load_seconds']:.1f} ms"],
+            ["apply every prior, per held-out episode", f"{data['apply_ms_per_episode']:.1f} ms"],
+            [f"score {data['n_references']} priors x {data['n_metrics']} metrics, per episode (first run on a "
+             "dataset; cached after)", f"{data['score_ms_per_episode']:.0f} ms"],
+            ["machine", f"{data['machine']['cpus']} cores, load average {data['machine']['load_average']:.1f}, "
+                        f"OMP_NUM_THREADS={data['machine']['omp_num_threads']}"]]
+    if over:
+        med = sorted(over["without_priors_s"])[len(over["without_priors_s"]) // 2]
+        rows += [[f"warm `evaluate {over['attack']}` on {over['episodes']} episodes without priors (median of 3)",
+                  f"{med:.1f} s"],
+                 [f"what the priors add to it: build {len(over['fields'])}-field references, read their cached "
+                  "scores, summarise", f"{over['build_references_s']:.2f} + {over['score_references_s']:.2f} + "
+                  f"{over['summary_extra_s']:.2f} s = {over['added_s']:.2f} s ({100 * over['overhead']:.1f}%)"],
+                 ["the first run with priors on this dataset (their scores computed and cached)",
+                  f"{over['first_with_priors_s']:.1f} s"]]
+    return markdown(["what", "cost"], rows)
+
+
+def calibrated_runs(*runs: dict) -> str:
+    """Per run and metric: the attack, the best prior, leakage over it (the headline), the swap control."""
+    rows = []
+    for run in runs:
+        for metric, m in run["metrics"].items():
+            best = m.get("best_prior")
+            rows.append([f"`{run['attack']}`", f"`{metric}`", _interval(m),
+                         f"{best.removeprefix('prior:')} {m['references'][best]['mean']:.3g}" if best else "--",
+                         _interval(m.get("prior_leakage")) if best else "--", _interval(m.get("control")),
+                         _interval(m.get("leakage"))])
+    return markdown(["attack", "metric", "attack [95% CI]", "best prior", "leakage vs best prior [95% CI]",
+                     "swap control", "leakage vs control"], rows)
+
+
+# ------------------------------------------------------------------ closed-form margin (docs/closed-form.md)
+
+MARGIN = "benchmarks/results/closed_form_margin.json"
+
+
+def closed_form_margin(data: dict) -> str:
+    """Rows (checkpoint, beta) in file order; per entropy coefficient the sign-free / signed accuracy."""
+    cells: dict[tuple, dict[float, str]] = {}
+    entropy: dict[tuple, float] = {}
+    for r in data["results"]:
+        key = (r["checkpoint"], r["beta"])
+        cells.setdefault(key, {})[r["ent_coef"]] = f"{r['accuracy']:.3f} / {r['accuracy_signed']:.3f}"
+        entropy.setdefault(key, sum(s["entropy"] for s in r["steps"]) / len(r["steps"]))
+    coefs = sorted({c for row in cells.values() for c in row})
+    rows = [[checkpoint, f"{beta:g}", f"{entropy[(checkpoint, beta)]:.3f}",
+             *(cells[(checkpoint, beta)].get(c, "--") for c in coefs)] for checkpoint, beta in cells]
+    return markdown(["checkpoint", "beta", "mean entropy (nats)", *(f"ent_coef {c:g}" for c in coefs)], rows)
+
+
 # ------------------------------------------------------------------ registry
 
 TABLES: dict[str, Table] = {
@@ -194,6 +273,10 @@ TABLES: dict[str, Table] = {
     "inversion_ablation": Table("docs/inversion-attacks.md", (INVERSION,), inversion_ablation),
     "tsp_results": Table("docs/tsp.md", (TSP,), tsp_results),
     "trace_per_timestep": Table("docs/trace.md", (TRACE_STEPS,), trace_per_timestep),
+    "closed_form_margin": Table("docs/closed-form.md", (MARGIN,), closed_form_margin),
+    "priors_scores": Table("docs/priors.md", (PRIORS_PPO_INIT,), priors_scores),
+    "priors_cost": Table("docs/priors.md", (PRIORS_PPO_INIT,), priors_cost),
+    "calibrated_runs": Table("docs/priors.md", CALIBRATED_RUNS, calibrated_runs),
     "split_identity_margins": Table("docs/tasks.md", (SPLIT_MARGINS,), split_identity_margins),
 }
 
