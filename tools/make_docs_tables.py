@@ -127,6 +127,25 @@ def inversion_ablation(runs: dict) -> str:
                      "predicted Q error %", "target Q error %"], rows)
 
 
+INVERSION_SPEED = "benchmarks/results/inversion.json"
+
+
+def inversion_speed(data: dict) -> str:
+    rows = []
+    for name, a in data["attacks"].items():
+        if "iterations_per_s" in a:
+            rate = f"{a['iterations_per_s']:.3g}"
+        else:
+            rate = f"{a['stage1_iterations_per_s']:.3g} (stage 1) / {a['stage2_iterations_per_s']:.3g} (stage 2)"
+        batching = a.get("batching")
+        speedup = ("--" if not batching else f"{batching['speedup']:.2f}x ({batching['looped_s']:.2f} s looped vs "
+                   f"{batching['batched_s']:.2f} s batched)")
+        rows.append([f"`{name}`", f"`{a['victim']}`", rate, f"{a['s_per_frame']['quick']:.2f}",
+                     f"{a['s_per_frame']['paper']:.1f}", speedup])
+    return markdown(["attack", "victim", "iterations / s (8 frames)", "s / frame, quick",
+                     "s / frame, paper (extrapolated)", "batching speed-up (8 frames, 25 iterations)"], rows)
+
+
 # ------------------------------------------------------------------ TSP (docs/tsp.md)
 
 TSP = "benchmarks/results/tsp_eval.json"
@@ -185,6 +204,24 @@ def split_identity_margins(data: dict) -> str:
     rows += [[f"change: {name}", *(cell(row["min_ratio"].get(f)) for f in fields)]
              for name, row in data["real_changes"].items()]
     return markdown(["RMS difference / tolerance", *(f"`{f}`" for f in fields)], rows)
+
+
+TRACE_SPEED = "benchmarks/results/trace.json"
+_TRACE_LABELS = {"trace": "`trace` (window 8, key/value cache)",
+                 "trace_seq4": "`trace_seq4` (one window per frame, no cache)",
+                 "trace_no_temporal": "`trace_no_temporal` (no second pass in scheduled sampling)"}
+
+
+def trace_speed(data: dict) -> str:
+    rows = []
+    for name, label in _TRACE_LABELS.items():
+        inf, train = data["inference"][name], data["training"][name]
+        rows.append([label, f"{inf['ms_per_frame_1_threads']:.1f}", f"{inf['cpu_ms_per_frame_1_threads']:.1f}",
+                     f"{inf['feature_ms_per_frame_1_threads']:.1f}",
+                     f"{train['teacher_forcing_sequences_per_s_1_thread']:.1f} sequences/s",
+                     f"{train['scheduled_sampling_sequences_per_s_1_thread']:.1f} sequences/s"])
+    return markdown(["attack", "ms / frame, 1 thread (wall)", "CPU ms / frame, 1 thread",
+                     "of which gradient features", "training, teacher forcing", "training, scheduled sampling"], rows)
 
 
 # ------------------------------------------------------------------ priors and calibrated leakage (docs/priors.md)
@@ -271,7 +308,9 @@ def closed_form_margin(data: dict) -> str:
 TABLES: dict[str, Table] = {
     "inversion_table1": Table("docs/inversion-attacks.md", (INVERSION, PAPER), inversion_table1),
     "inversion_ablation": Table("docs/inversion-attacks.md", (INVERSION,), inversion_ablation),
+    "inversion_speed": Table("docs/inversion-attacks.md", (INVERSION_SPEED,), inversion_speed),
     "tsp_results": Table("docs/tsp.md", (TSP,), tsp_results),
+    "trace_speed": Table("docs/trace.md", (TRACE_SPEED,), trace_speed),
     "trace_per_timestep": Table("docs/trace.md", (TRACE_STEPS,), trace_per_timestep),
     "closed_form_margin": Table("docs/closed-form.md", (MARGIN,), closed_form_margin),
     "priors_scores": Table("docs/priors.md", (PRIORS_PPO_INIT,), priors_scores),
