@@ -1,6 +1,6 @@
 """How well ``closed_form_gaussian`` recovers PointNavContinuous actions, and what breaks it.
 
-For each victim (``ppo_gaussian``, ``sac``, ``init`` checkpoints) it rolls out ``--seeds`` episodes of
+For each victim (``ppo_gaussian`` init and, when committed, trained; ``sac`` init) it rolls out ``--seeds`` episodes of
 ``--steps`` steps on each of the 12 held-out test layouts (:func:`gradleak_bench.victims.continuous_rollout.rollout`;
 no official split is recorded for this task), computes the exact gradient stream, and scores the attack on
 
@@ -36,8 +36,9 @@ from gradleak_bench.baselines.attacks.closed_form_gaussian import ClosedFormGaus
 from gradleak_bench.baselines.defenses.basic import GaussianNoise, NoDefense, TopK
 from gradleak_bench.records import ObservedEpisode, VictimInfo
 from gradleak_bench.stream.continuous import ContinuousEpisodeGradients
-from gradleak_bench.victims.checkpoint import load_victim
+from gradleak_bench.victims.checkpoint import find_checkpoint, load_victim
 from gradleak_bench.victims.continuous_rollout import rollout
+from gradleak_bench.victims.zoo import get_victim
 
 DEFENSES = {"none": NoDefense(), "gaussian_noise sigma=1e-4": GaussianNoise(1e-4),
             "gaussian_noise sigma=1e-3": GaussianNoise(1e-3), "gaussian_noise sigma=1e-2": GaussianNoise(1e-2),
@@ -110,16 +111,18 @@ def main() -> None:
     results: dict = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                                  "load_1min": os.getloadavg()[0], "torch_threads": 1},
                      "seeds": args.seeds, "steps": args.steps, "victims": {}}
-    variants = [("ppo_gaussian", None), ("ppo_gaussian", -1.5), ("sac", None)]
-    for name, log_std in variants:
-        victim = load_victim("PointNavContinuous", name, "init")
+    variants = [("ppo_gaussian", "init", None), ("ppo_gaussian", "init", -1.5), ("sac", "init", None)]
+    if find_checkpoint(get_victim("PointNavContinuous", "ppo_gaussian"), "trained") is not None:
+        variants.insert(1, ("ppo_gaussian", "trained", None))
+    for name, checkpoint, log_std in variants:
+        victim = load_victim("PointNavContinuous", name, checkpoint)
         if log_std is not None:
             policy = copy.deepcopy(victim.policy)
             with torch.no_grad():
                 policy.log_std.fill_(log_std)
             victim = type(victim)(victim.spec, victim.checkpoint, policy, victim.meta)
         items, info, grad_s = episodes(victim, env, args.seeds, args.steps)
-        key = name if log_std is None else f"{name} log_std={log_std}"
+        key = f"{name}/{checkpoint}" + ("" if log_std is None else f" log_std={log_std}")
         rng = np.random.default_rng(0)
         entry = {"gradient_ms_per_step": 1e3 * grad_s, "prior_constant_mae": constant_prior(items),
                  "defenses": {label: score(items, info, d, rng) for label, d in DEFENSES.items()}}

@@ -334,3 +334,16 @@ def test_discrete_generation_refuses_a_continuous_victim_with_one_message() -> N
 
     with pytest.raises(GradleakError, match="continuous_rollout"):
         PolicyActor(load_victim("PointNavContinuous", "sac", "init").policy, "sac")
+
+
+def test_sac_training_is_refused_with_one_message_and_random_actions_fit_the_box() -> None:
+    from gradleak_bench.errors import GradleakError
+    from gradleak_bench.victims.continuous_rollout import random_action
+    from gradleak_bench.victims.training import train
+
+    with pytest.raises(GradleakError, match="no resumable training"):
+        train("PointNavContinuous", "sac", budget=8, progress=False)
+    box = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    draws = np.stack([random_action(box, np.random.default_rng(i)) for i in range(50)])
+    assert draws.dtype == np.float32 and box.contains(draws[0]) and np.abs(draws).max() <= 1.0
+    assert random_action(spaces.Discrete(5), np.random.default_rng(0)) == int(np.random.default_rng(0).integers(5))

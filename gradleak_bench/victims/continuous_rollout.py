@@ -38,6 +38,14 @@ class ContinuousActor:
         return (distribution.mean[0] + eps * distribution.stddev[0]).numpy().astype(np.float32)
 
 
+def random_action(space: gym.Space, rng: np.random.Generator) -> Any:
+    """A uniformly random action of a ``Discrete`` or ``Box`` space drawn from ``rng`` (the random baseline
+    of a success rate)."""
+    if isinstance(space, gym.spaces.Box):
+        return rng.uniform(space.low, space.high).astype(space.dtype)
+    return int(rng.integers(space.n))
+
+
 def rollout(victim: Any, env: gym.Env, layout_id: int, seed: int, max_steps: int) -> Episode:
     """One episode of at most ``max_steps`` steps on ``layout_id``, with its loss targets.
 

@@ -19,6 +19,7 @@ from gradleak_bench.errors import GradleakError
 from gradleak_bench.paths import atomic_write_bytes
 from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.checkpoint import cached_dir, save_checkpoint
+from gradleak_bench.victims.continuous_rollout import ContinuousActor, random_action
 from gradleak_bench.victims.policies import PolicyActor, algorithm_class, build_policy, resolve_policy_kwargs
 from gradleak_bench.victims.zoo import VictimSpec, get_victim
 
@@ -151,6 +152,10 @@ def train(task: str, victim: str | None = None, budget: int | None = None, eval_
 
 def train_spec(spec: VictimSpec, eval_episodes: int = 24, progress: bool = True, desc: str | None = None) -> dict[str, Any]:
     """Train (or resume) ``spec`` into the cache's ``trained`` checkpoint; report val success beside random."""
+    if spec.algo == "sac":
+        raise GradleakError(
+            f"{spec.key} has no resumable training yet: SB3's SAC keeps two optimisers and a replay buffer that "
+            "the progress files do not hold. Only its init checkpoint exists (docs/continuous-actions.md).")
     directory = cached_dir(spec)
     model, done, seconds = train_resumable(spec, directory, desc or f"train {spec.key}", progress=progress)
     report = {
@@ -162,11 +167,19 @@ def train_spec(spec: VictimSpec, eval_episodes: int = 24, progress: bool = True,
     return report
 
 
+def _actor(spec: VictimSpec, policy: Any) -> Any:
+    if policy is None:
+        return None
+    if get_task(spec.task).action_kind == "continuous":
+        return ContinuousActor(policy, spec.algo)
+    return PolicyActor(policy, spec.algo, exploration_eps=0.05)
+
+
 def success_rate(spec: VictimSpec, policy: Any, episodes: int, seed: int = 12345) -> dict[str, float]:
     """Success rate and mean return on the val layouts (``policy=None``: uniformly random actions)."""
     task = get_task(spec.task)
     env = gym.make(task.gym_id, layouts="val", image_size=spec.image_size)
-    actor = PolicyActor(policy, spec.algo, exploration_eps=0.05) if policy is not None else None
+    actor = _actor(spec, policy)
     rng = np.random.default_rng(seed)
     successes, returns = [], []
     try:
@@ -174,7 +187,7 @@ def success_rate(spec: VictimSpec, policy: Any, episodes: int, seed: int = 12345
             obs, info = env.reset(seed=seed + episode)
             total, done, info = 0.0, False, {}
             while not done:
-                action = actor.act(obs, rng) if actor else int(rng.integers(env.action_space.n))
+                action = actor.act(obs, rng) if actor else random_action(env.action_space, rng)
                 obs, reward, terminated, truncated, info = env.step(action)
                 total += float(reward)
                 done = terminated or truncated
