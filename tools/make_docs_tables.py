@@ -227,8 +227,9 @@ def trace_speed(data: dict) -> str:
 # ------------------------------------------------------------------ priors and calibrated leakage (docs/priors.md)
 
 PRIORS_PPO_INIT = "docs/data/priors_PointNav_ppo_init.json"
-CALIBRATED_RUNS = ("docs/data/runs/PointNav_ppo_init_closed_form_8.json",
-                   "docs/data/runs/PointNav_ppo_init_inverting_gradients_quick_8.json")
+CALIBRATED_RUNS = ("docs/data/evaluations/PointNav_ppo_init_closed_form_8.json",
+                   "docs/data/evaluations/PointNav_ppo_init_inverting_gradients_quick_8.json")
+CALIBRATED_QGI = ("docs/data/evaluations/ActivePerception_dqn_init_qgi_closed_form_8.json",)
 
 
 def _interval(m: dict | None, digits: int = 3) -> str:
@@ -316,6 +317,7 @@ TABLES: dict[str, Table] = {
     "priors_scores": Table("docs/priors.md", (PRIORS_PPO_INIT,), priors_scores),
     "priors_cost": Table("docs/priors.md", (PRIORS_PPO_INIT,), priors_cost),
     "calibrated_runs": Table("docs/priors.md", CALIBRATED_RUNS, calibrated_runs),
+    "calibrated_qgi": Table("docs/priors.md", CALIBRATED_QGI, calibrated_runs),
     "split_identity_margins": Table("docs/tasks.md", (SPLIT_MARGINS,), split_identity_margins),
 }
 
