@@ -436,6 +436,9 @@ def verify(
                    "sha256); refused when the entry binds other code"),
     allow_unofficial: bool = typer.Option(
         False, help="maintainers only: verify an entry whose dataset the manifest records no identity for"),
+    fresh_layouts: int = typer.Option(
+        8, help="also score the entry on this many fresh layouts drawn from a secret seed (0: skip); a large "
+                "drop from the official score flags overfitting to the public test layouts"),
 ) -> None:
     """Re-run an entry's own code on a seeded random subset of the held-out episodes and check every metric,
     its control, leakage and failed frames against the entry's own per-episode rows (rules:
@@ -444,7 +447,7 @@ def verify(
     from gradleak_bench.leaderboard.verify import verify_file
 
     result = verify_file(entry, episodes=episodes, seed=seed, attack=attack, allow_unofficial=allow_unofficial,
-                         progress=True)
+                         progress=True, fresh_layouts=fresh_layouts)
     for check in result.checks + result.fresh:
         (console if check.ok else err_console).print(check.describe(), markup=False, highlight=False, soft_wrap=True)
     for note in result.notes:

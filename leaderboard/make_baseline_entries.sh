@@ -4,9 +4,9 @@
 #   leaderboard/make_baseline_entries.sh            # evaluate every baseline, submit, render
 #   REUSE_RUNS=1 leaderboard/make_baseline_entries.sh   # keep runs/leaderboard/*/results.json already there
 #
-# While envs/splits/v0.json records no official checksum for a dataset, `submit` refuses it; maintainers may
-# then run with SUBMIT_FLAGS=--allow-unofficial (the entries say "dataset_official": false). Once the
-# manifest has the checksums, run it without: every entry is then certified against the official split.
+# Every entry is made on the official split (the split identity envs/splits/v0.json records), binds its
+# attack and defense to built-in code by name, and ships the run's per-episode rows; `submit` refuses anything
+# else. The re-verification of every entry is a test: tests/test_leaderboard.py::test_every_committed_entry_reverifies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ -x .venv/bin/python ]]; then PY=${PYTHON:-.venv/bin/python}; else PY=${PYTHON:-python}; fi

@@ -1,24 +1,31 @@
-"""The leaderboard: typed entries, submit, verify (a real re-run of a committed entry), rendered tables and
-the static page opened in headless Chromium."""
+"""The leaderboard: typed entries bound to code, submit, verify (real re-runs of every committed entry), the
+rendered tables and the static page in headless Chromium, and every way a hostile submission was seen to
+cheat: a callable in JSON, a self-declared official flag, forged means and CIs, another attack's entry,
+impossible values, HTML in author names, a plug-in patching the verifier."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from gradleak_bench import splits
-from gradleak_bench.leaderboard import schema
-from gradleak_bench.leaderboard.render import render, render_markdown, table_rows
+from gradleak_bench import plugins, splits
+from gradleak_bench.errors import CodeBindingError, PluginLoadError
+from gradleak_bench.leaderboard import binding, checks, schema
+from gradleak_bench.leaderboard.render import checked_entries, render, render_html, render_markdown, table_rows
 from gradleak_bench.leaderboard.schema import InvalidEntryError, UnofficialDatasetError, load_entries, parse_entry
-from gradleak_bench.leaderboard.submit import entry_from_results, submit
-from gradleak_bench.leaderboard.verify import check_statistic, compare, rerun
+from gradleak_bench.leaderboard.submit import entry_from_results, read_results, read_rows, submit
+from gradleak_bench.leaderboard.verify import check_fresh, check_statistic, compare, rerun, verify_entry, verify_file
+from gradleak_bench.metrics import bootstrap_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRIES = ROOT / "leaderboard" / "entries"
@@ -31,27 +38,9 @@ def sample_data() -> dict:
     return json.loads(SAMPLE.read_text())
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gradleak_bench.cli", *args], capture_output=True, text=True,
-                          env=dict(os.environ, COLUMNS="200"), timeout=600)
-
-
-def unofficial_ok(entry: schema.Entry) -> bool:
-    """Committed entries may predate the manifest's checksums; a recorded checksum is always enforced."""
-    return splits.official_checksum(entry.dataset) is None
-
-
-# --- schema ----------------------------------------------------------------------------------------------
-
-
-def test_every_committed_entry_validates_and_sits_at_its_path():
-    entries = load_entries(ENTRIES)
-    found = {(e.task, e.defense, e.victim) for e in entries if e.attack == "closed_form"}
-    assert set(BASELINES) <= found
-    for e in entries:
-        assert e.split == "test" and e.n_failed == 0 and e.primary()[1] is not None
-        official = splits.official_checksum(e.dataset)
-        assert official in (None, e.dataset_sha256), f"{e.relative_path}: dataset sha256 is not the official one"
+                          env=dict(os.environ, COLUMNS="200"), timeout=900, cwd=cwd)
 
 
 def _set(data: dict, dotted: str, value) -> dict:
@@ -67,23 +56,61 @@ def _set(data: dict, dotted: str, value) -> dict:
     return data
 
 
+def _summary(values, seed: int = 0) -> dict:
+    mean, lo, hi = bootstrap_ci(np.asarray(values, dtype=float), seed=seed)
+    return {"mean": mean, "ci_low": lo, "ci_high": hi}
+
+
+def forge_rows(data: dict, metric: str, part: str, values: list[float]) -> dict:
+    """A forgery done properly: per-episode rows replaced and the summary recomputed from them, so every
+    check that needs no re-run passes and only the re-run can catch it."""
+    data = copy.deepcopy(data)
+    table = "values" if part == "metric" else "controls"
+    data["episodes"][table][metric] = values
+    m = data["metrics"][metric]
+    if part == "metric":
+        m.update(_summary(values))
+    else:
+        m["control"] = _summary(values)
+    m["leakage"] = _summary(np.subtract(data["episodes"]["values"][metric], data["episodes"]["controls"][metric]))
+    return data
+
+
+# --- schema and the checks that need no re-run -----------------------------------------------------------
+
+
+def test_every_committed_entry_is_possible_consistent_official_and_at_its_path():
+    entries = checked_entries(ENTRIES)
+    found = {(e.task, e.defense, e.victim) for e in entries if e.attack == "closed_form"}
+    assert set(BASELINES) <= found
+    for e in entries:
+        assert e.split == "test" and e.n_failed == 0 and e.primary()[1] is not None
+        assert checks.official_problem(e) is None, f"{e.relative_path}: {checks.official_problem(e)}"
+        assert e.attack_code.source == "registered" and e.defense_code.source == "registered"
+
+
 @pytest.mark.parametrize("field,value,needle", [
     ("authors", KeyError, "missing required field 'authors'"),
-    ("metrics.action_accuracy.mean", KeyError, "missing required field 'metrics.action_accuracy.mean'"),
-    ("metrics.action_accuracy.mean", "1.0", "'metrics.action_accuracy.mean' must be a number, got a string"),
-    ("metrics.action_accuracy.ci_high", float("nan"), "'metrics.action_accuracy.ci_high' must be a finite number"),
-    ("metrics.action_accuracy.control.mean", float("inf"), "'metrics.action_accuracy.control.mean' must be a finite"),
-    ("metrics.action_accuracy.n", 4.5, "'metrics.action_accuracy.n' must be an integer"),
+    ("metrics.action_accuracy.mean", KeyError, "metrics.action_accuracy.mean: expected a finite number"),
+    ("metrics.action_accuracy.mean", "1.0", "metrics.action_accuracy.mean: expected a finite number, got '1.0'"),
+    ("metrics.action_accuracy.ci_high", float("nan"), "metrics.action_accuracy.ci_high: expected a finite number"),
+    ("metrics.action_accuracy.control.mean", float("inf"), "metrics.action_accuracy.control.mean: expected a finite"),
+    ("metrics.action_accuracy.n", 4.5, "metrics.action_accuracy.n: expected an integer"),
+    ("metrics.action_accuracy.surprise", 1, "'metrics.action_accuracy.surprise' is not part of the schema"),
     ("ms_per_frame", True, "'ms_per_frame' must be a number, got a boolean"),
     ("task", "PointNv", "'task' names an unknown task 'PointNv'. Did you mean 'PointNav'? Known: ActivePerception, PointNav"),
     ("victim", "sac", "'victim' is 'sac', not a victim of PointNav"),
-    ("dataset_sha256", "abc", "'dataset_sha256' must be 64"),
+    ("split", "train", "'split' is 'train', not one of test, test-full"),
+    ("dataset_identity", "abc", "'dataset_identity' must be 64"),
     ("paper", "javascript:alert(1)", "'paper' must be an http(s) URL"),
+    ("code", "https://x.org/a)<script>", "'code' must be an http(s) URL"),
     ("attack", "../../evil", "'attack' is '../../evil'"),
     ("date", "yesterday", "'date' must be an ISO date"),
     ("environment.torch", KeyError, "missing required field 'environment.torch'"),
-    ("metrics.action_accuracy.mean", 0.5, "'metrics.action_accuracy' has mean 0.5 outside its CI"),
+    ("metrics.action_accuracy.mean", 0.5, "metrics.action_accuracy: mean 0.5 is not inside its CI"),
     ("surprise", 1, "'surprise' is not part of the schema"),
+    ("dataset_official", True, "'dataset_official' is not part of the schema"),  # never self-declared
+    ("episodes.values.action_accuracy", [1.0, "1"], "'episodes.values.action_accuracy[1]' must be a number"),
 ])
 def test_malformed_entries_name_the_field(field, value, needle):
     with pytest.raises(InvalidEntryError, match=re.escape(needle)):
@@ -111,127 +138,387 @@ def test_entry_round_trips():
     assert isinstance(entry.metrics["action_accuracy"].mean, float)
 
 
+@pytest.mark.parametrize("field,value,needle", [
+    ("metrics.action_accuracy", {"mean": 7.0, "ci_low": 7.0, "ci_high": 7.0}, "outside the metric's possible range [0.0, 1.0]"),
+    ("metrics.action_accuracy.failed_frames", -3, "metrics.action_accuracy.failed_frames: expected an integer >= 0"),
+    ("metrics.action_accuracy.failed_frames", 10_000, "failed_frames is 10000, outside 0..384"),
+    ("metrics.action_accuracy.higher_is_better", False, "higher_is_better=False"),
+    ("metrics.action_accuracy.n", 47, "metrics.action_accuracy.n is 47, but 48 episodes are shipped"),
+    ("metrics.made_up_metric", None, "not a metric of gradleak-bench"),
+    ("fit_seconds", -1.0, "fit_seconds is -1.0"),
+])
+def test_impossible_entries_are_refused_by_leaderboard_and_verify(field, value, needle, tmp_path):
+    data = sample_data()
+    if field == "metrics.made_up_metric":
+        data = _set(data, field, copy.deepcopy(data["metrics"]["action_accuracy"]))
+    elif isinstance(value, dict):
+        data = _set(data, field, {**data["metrics"]["action_accuracy"], **value})
+    else:
+        data = _set(data, field, value)
+    folder = tmp_path / "entries" / "PointNav" / "none"
+    folder.mkdir(parents=True)
+    (folder / "closed_form__ppo-init.json").write_text(json.dumps(data))
+    with pytest.raises(InvalidEntryError, match=re.escape(needle)):
+        render(tmp_path / "entries", tmp_path)
+    assert not (tmp_path / "README.md").exists()
+    with pytest.raises(InvalidEntryError, match=re.escape(needle)):  # refused before anything runs
+        verify_file(folder / "closed_form__ppo-init.json", episodes=1, fresh_layouts=0)
+
+
+def test_forged_mean_with_an_inflated_ci_and_a_narrowed_ci_are_caught_without_a_rerun():
+    data = sample_data()
+    # the issue's forgeries: a fabricated control (so a larger leakage) behind a CI wide enough to pass the old
+    # rule at 8 episodes, and the true means behind a CI narrower than the episodes support
+    inflated = _set(data, "metrics.action_accuracy.control", {"mean": 0.05, "ci_low": 0.0, "ci_high": 0.6})
+    inflated = _set(inflated, "metrics.action_accuracy.leakage", {"mean": 0.95, "ci_low": 0.4, "ci_high": 1.0})
+    narrowed = _set(data, "metrics.action_accuracy.control", {**data["metrics"]["action_accuracy"]["control"],
+                                                              "ci_low": data["metrics"]["action_accuracy"]["control"]["mean"] - 1e-3,
+                                                              "ci_high": data["metrics"]["action_accuracy"]["control"]["mean"] + 1e-3})
+    assert any("control: mean 0.05, but the entry's own rows give" in p for p in checks.problems(parse_entry(inflated)))
+    assert any("control: CI" in p and "the entry's own rows give" in p for p in checks.problems(parse_entry(narrowed)))
+    assert checks.problems(parse_entry(data)) == []
+
+
+def test_official_is_recomputed_never_believed(monkeypatch, tmp_path):
+    entry = parse_entry(sample_data())
+    assert checks.is_official(entry)
+    forged = parse_entry(_set(sample_data(), "dataset_identity", "f" * 64))
+    assert "is not the manifest's" in checks.official_problem(forged)
+    with pytest.raises(UnofficialDatasetError, match="not the manifest's"):
+        verify_entry(forged, SAMPLE.parent, episodes=2)
+    other_draw = parse_entry(_set(sample_data(), "dataset_seed", 3))
+    assert "seed 3" in checks.official_problem(other_draw)
+    # rendered: the unofficial entry is shown, unranked, below every official one
+    md = render_markdown([forged, dataclasses.replace(entry, attack="honest")])
+    rows = [line for line in md.splitlines() if line.startswith("| ") and ("closed" in line or "honest" in line)]
+    assert rows[0].startswith("| 1 | honest") and rows[1].startswith("| – | closed") and "no (unranked)" in rows[1]
+    monkeypatch.setattr(splits, "official_identity", lambda key, version="v0": None)
+    assert "records no identity" in checks.official_problem(entry)
+
+
+# --- code binding: nothing in a JSON file is ever called ------------------------------------------------------
+
+
+def test_a_callable_in_json_is_never_called(tmp_path):
+    marker = tmp_path / "pwned"
+    command = f"touch {marker}"
+    with pytest.raises(PluginLoadError, match="not a class"):  # the root: the loader calls classes only
+        plugins.load("attack", "os:system", {"command": command})
+    with pytest.raises(PluginLoadError, match="no reconstruct"):
+        plugins.load("attack", "subprocess:Popen", {"args": ["touch", str(marker)]})
+    for attack_code in ({"source": "registered", "name": "os:system"}, {"source": "entry_point", "name": "os:system"},
+                        {"source": "module", "name": "os:system"}):
+        with pytest.raises(InvalidEntryError, match="attack_code"):
+            parse_entry(_set(sample_data(), "attack_code", attack_code))
+    escape = {"source": "file", "name": "system", "file": "../../../os.py", "sha256": "0" * 64}
+    with pytest.raises(InvalidEntryError, match="must be a .py file name in the entry's folder"):
+        parse_entry(_set(sample_data(), "attack_code", escape))
+    # a results.json naming os:system with a command parameter: submit refuses without importing anything
+    results, rows = _official_results()
+    bad = {**results, "attack": "os:system", "attack_params": {"command": command}}
+    with pytest.raises(CodeBindingError, match="module:Class reference"):
+        entry_from_results(bad, rows, "evil", ["Mallory"])
+    entry = tmp_path / "e.json"
+    entry.write_text(json.dumps(sample_data()))
+    assert cli("verify", str(entry), "--attack", "os:system", "--episodes", "1").returncode == 2
+    assert not marker.exists()
+
+
+def test_verify_refuses_to_verify_another_attacks_entry():
+    with pytest.raises(CodeBindingError, match="binds its attack to built-in 'closed_form', not 'dlg'"):
+        verify_file(SAMPLE, episodes=1, attack="dlg")
+    result = cli("verify", str(SAMPLE), "--attack", "dlg", "--episodes", "1")
+    assert result.returncode == 2 and "not 'dlg'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_binding_refuses_unknown_names_other_versions_and_changed_files(tmp_path):
+    with pytest.raises(CodeBindingError, match="not built into this gradleak-bench"):
+        binding.reference("attack", binding.CodeBinding("registered", "no_such_attack"), tmp_path)
+    with pytest.raises(CodeBindingError, match="is not installed"):
+        binding.reference("attack", binding.CodeBinding("entry_point", "third_party", distribution="tp",
+                                                        version="1.0"), tmp_path)
+    source = tmp_path / "mine.py"
+    source.write_text(MY_ATTACK)
+    code, path = binding.bind("attack", f"{source}:Mine")
+    assert code.source == "file" and code.sha256 == binding.sha256_bytes(source.read_bytes())
+    shutil.copy(path, tmp_path / code.file)
+    assert binding.reference("attack", code, tmp_path).endswith(f"{code.file}:Mine")
+    (tmp_path / code.file).write_text(MY_ATTACK + "\n# changed\n")
+    with pytest.raises(CodeBindingError, match="not the code the entry was made with"):
+        binding.reference("attack", code, tmp_path)
+
+
 # --- submit ----------------------------------------------------------------------------------------------
 
 
-def results_of(data: dict) -> dict:
-    """A results.json as `evaluate` writes it, from an entry's fields."""
-    return {
-        "attack": data["attack"], "attack_params": data.get("attack_params", {}), "task": data["task"],
-        "victim": data["victim"], "checkpoint": data["checkpoint"], "checkpoint_id": data["checkpoint_id"],
-        "defense": data["defense"], "defense_params": data.get("defense_params", {}), "split": data["split"],
-        "seed": 0, "dataset": data["dataset"], "dataset_sha256": data["dataset_sha256"], "dataset_official": None,
-        "n_episodes": data["n_episodes"], "n_failed": 0, "ms_per_frame": data["ms_per_frame"], "fit_seconds": 0.0,
-        "metrics": data["metrics"], "versions": {"gradleak_bench": "0.1.0", "torch": "2.13.0+cpu"},
-    }
+MY_ATTACK = textwrap.dedent("""
+    import numpy as np
+    from gradleak_bench.records import Reconstruction
+
+    class Mine:
+        name = "mine"
+        fields = ("action",)
+
+        def reconstruct(self, episode, victim):
+            return Reconstruction(fields={"action": np.zeros(len(episode.t), dtype=np.int64)})
+""")
 
 
-def test_submit_refuses_a_dataset_without_an_official_checksum(tmp_path, monkeypatch):
-    monkeypatch.setattr(splits, "official_checksum", lambda key, version="v0": None)
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "results.json").write_text(json.dumps(results_of(sample_data())))
-    with pytest.raises(UnofficialDatasetError, match="records no official sha256 for dataset 'PointNav-ppo-init-test"):
-        submit(run, "closed_form", ["A. Author"], out=tmp_path / "entries")
+_RUNS: dict[str, Path] = {}
 
 
-def test_submit_writes_a_valid_entry_for_an_official_run(tmp_path, monkeypatch):
-    data = sample_data()
-    monkeypatch.setattr(splits, "official_checksum", lambda key, version="v0": data["dataset_sha256"])
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "results.json").write_text(json.dumps(results_of(data)))
+def _official_run(tmp_path_factory=None) -> Path:
+    """A complete official run of closed_form on PointNav ppo init (one per session)."""
+    if "closed_form" not in _RUNS:
+        import tempfile
+
+        out = Path(tempfile.mkdtemp(prefix="gradleak-lb-run-")) / "run"
+        result = cli("evaluate", "closed_form", "--out", str(out), "--wandb", "disabled")
+        assert result.returncode == 0, result.stderr[-3000:]
+        _RUNS["closed_form"] = out
+    return _RUNS["closed_form"]
+
+
+def _official_results() -> tuple[dict, list[dict]]:
+    run = _official_run()
+    return read_results(run), read_rows(run)
+
+
+def test_submit_writes_a_valid_official_entry_bound_to_its_code(tmp_path):
+    run = _official_run()
     result = cli("submit", str(run), "--name", "my_attack", "--authors", "A. Author, B. Author",
                  "--paper", "https://example.org/paper", "--out", str(tmp_path / "entries"))
-    # the subprocess reads the real manifest; the in-process API sees the patched one
-    if splits.manifest().get("datasets", {}).get(data["dataset"]) is None:
-        assert result.returncode == 2 and "records no official sha256" in result.stderr
-        path = submit(run, "my_attack", ["A. Author", "B. Author"], paper="https://example.org/paper",
-                      out=tmp_path / "entries")
-    else:
-        assert result.returncode == 0, result.stderr
-        path = tmp_path / "entries" / "PointNav" / "none" / "my_attack__ppo-init.json"
+    assert result.returncode == 0, result.stderr
+    path = tmp_path / "entries" / "PointNav" / "none" / "my_attack__ppo-init.json"
     entry = schema.load_entry(path)
-    assert path == tmp_path / "entries" / entry.relative_path
-    assert entry.attack == "my_attack" and entry.attack_ref == "closed_form" and entry.dataset_official
-    assert entry.authors == ("A. Author", "B. Author")
-    assert entry.metrics["action_accuracy"].leakage.mean == data["metrics"]["action_accuracy"]["leakage"]["mean"]
+    assert entry.attack_code == binding.CodeBinding("registered", "closed_form")
+    assert entry.authors == ("A. Author", "B. Author") and checks.is_official(entry) and not checks.problems(entry)
+    assert len(entry.episodes.ids) == 48 and entry.episodes.values["action_accuracy"]
 
 
 @pytest.mark.parametrize("change,needle", [
-    ({"dataset_sha256": "0" * 64}, "is not the official held-out split"),
-    ({"n_episodes": 6}, "scored 6 of the 48 held-out episodes"),
+    ({"dataset_identity": "0" * 64}, "is not the manifest's"),
+    ({"dataset_official": True, "dataset_identity": "0" * 64}, "is not the manifest's"),  # the flag is ignored
+    ({"n_episodes": 6}, "outside 1..n_episodes (6)"),
+    ({"dataset_seed": 2}, "seed 2"),
     ({"n_failed": 2}, "2 episodes failed"),
-    ({"split": "val", "dataset": "PointNav-ppo-init-val-e4-t8-s0-v0"}, "standard held-out dataset"),
+    ({"split": "val"}, "scored split 'val'"),
 ])
-def test_submit_refuses_what_is_not_a_complete_official_run(change, needle, monkeypatch):
-    data = sample_data()
-    monkeypatch.setattr(splits, "official_checksum", lambda key, version="v0": data["dataset_sha256"])
+def test_submit_refuses_what_is_not_a_complete_official_run(change, needle):
+    results, rows = _official_results()
     with pytest.raises(Exception, match=re.escape(needle)):
-        entry_from_results({**results_of(data), **change}, "closed_form", ["A"])
+        entry_from_results({**results, **change}, rows, "closed_form", ["A"])
+
+
+def test_submit_refuses_a_summary_its_rows_do_not_give():
+    results, rows = _official_results()
+    forged = copy.deepcopy(results)
+    forged["metrics"]["action_accuracy"]["control"] = {"mean": 0.05, "ci_low": 0.0, "ci_high": 0.6}
+    with pytest.raises(InvalidEntryError, match="the entry's own rows give"):
+        entry_from_results(forged, rows, "closed_form", ["A"])
+
+
+def test_a_file_attack_is_shipped_with_its_sha256_and_verified_from_the_shipped_copy(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "mine.py").write_text(MY_ATTACK)
+    result = cli("evaluate", f"{work / 'mine.py'}:Mine", "--out", "run", "--wandb", "disabled", cwd=work)
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = cli("submit", "run", "--name", "mine", "--authors", "A", "--out", str(tmp_path / "entries"), cwd=work)
+    assert result.returncode == 0, result.stderr
+    path = tmp_path / "entries" / "PointNav" / "none" / "mine__ppo-init.json"
+    entry = schema.load_entry(path)
+    shipped = path.parent / entry.attack_code.file
+    assert entry.attack_code.source == "file" and shipped.read_text() == MY_ATTACK
+    (work / "mine.py").unlink()  # verify uses the shipped copy, not the submitter's
+    verification = verify_file(path, episodes=3, fresh_layouts=0)
+    assert verification.ok, verification.failures()
+    shipped.write_text(MY_ATTACK.replace("np.zeros", "np.ones"))
+    with pytest.raises(CodeBindingError, match="not the code the entry was made with"):
+        verify_file(path, episodes=3, fresh_layouts=0)
 
 
 # --- verify ----------------------------------------------------------------------------------------------
 
 
 def test_verify_rule_on_known_numbers():
-    stat = schema.Interval(mean=0.5, ci_low=0.4, ci_high=0.6)
-    # sd implied by the CI: 0.1 / 1.96 * sqrt(48) = 0.353; k = 12 -> se 0.102 * fpc 0.874 = 0.0891; x4 = 0.357
-    assert check_statistic("m", stat, 48, [0.8] * 12).ok
-    assert not check_statistic("m", stat, 48, [0.9] * 12).ok
-    point = schema.Interval(mean=1.0, ci_low=1.0, ci_high=1.0)
-    assert check_statistic("m", point, 48, [1.0] * 3).ok
-    assert not check_statistic("m", point, 48, [1.0, 1.0, 0.875]).ok
-    assert not check_statistic("m", stat, 48, [0.6] * 48).ok  # the whole split must reproduce the mean
+    rows = [0.0, 1.0] * 24  # sd 0.505; k = 32 -> se 0.0893; x4 = 0.357
+    assert check_statistic("m", rows, [1.0] * 16 + [0.0] * 16).ok
+    assert check_statistic("m", rows, [1.0] * 24 + [0.0] * 8).ok  # 0.75: 0.25 off
+    assert not check_statistic("m", rows, [1.0] * 32).ok  # 0.5 off
+    point = [1.0] * 48
+    assert check_statistic("m", point, [1.0] * 3).ok
+    assert not check_statistic("m", point, [1.0, 1.0, 0.875]).ok  # point rows: every subset reproduces them
+    assert not check_statistic("m", rows, [1.0, float("nan")]).ok
 
 
-def test_verify_refuses_a_forged_dataset_checksum():
-    entry = parse_entry(_set(sample_data(), "dataset_sha256", "f" * 64))
-    with pytest.raises(UnofficialDatasetError):
-        rerun(entry, episodes=2, allow_unofficial=True)
+@pytest.mark.parametrize("path", sorted(ENTRIES.rglob("*.json")), ids=lambda p: str(p.relative_to(ENTRIES)))
+def test_every_committed_entry_reverifies(path):
+    """CI re-verifies every committed entry: a real re-run of its bound code on 4 seeded episodes."""
+    verification = verify_file(path, episodes=4, seed=0, fresh_layouts=0)
+    assert len(verification.episode_ids) == 4
+    assert verification.ok, verification.failures()
+    names = {c.metric for c in verification.checks}
+    primary = schema.PRIMARY_METRIC[verification.entry.task]
+    assert {primary, f"{primary}.control", f"{primary}.leakage"} <= names
 
 
-def test_verify_refuses_a_dataset_the_manifest_does_not_record(monkeypatch):
-    monkeypatch.setattr(splits, "official_checksum", lambda key, version="v0": None)
-    with pytest.raises(UnofficialDatasetError, match="records no official sha256"):
-        rerun(schema.load_entry(SAMPLE), episodes=2)
+def test_fresh_layout_rule_on_known_numbers():
+    ids = tuple(f"L{layout:03d}-E{e:02d}" for layout in range(12) for e in range(4))
+    rows = [0.5, 0.7] * 24  # sd 0.101 over 12 layouts; 8 fresh at sd 0.053: tol 4 * sqrt(8.5e-4 + 3.6e-4) = 0.14
+    assert check_fresh("acc", True, rows, ids, [0.5, 0.6] * 4).ok  # a drop of 0.05 is noise
+    assert not check_fresh("acc", True, rows, ids, [0.3, 0.4] * 4).ok  # 0.25: fitted to the public layouts
+    assert check_fresh("acc", True, rows, ids, [0.9, 1.0] * 4).ok  # a rise is never flagged
+    assert not check_fresh("err", False, rows, ids, [0.9, 0.8] * 4).ok  # an error's drop is a rise
 
 
-def test_verify_a_committed_entry_and_catch_forgeries():
-    """CI re-verifies a sample: a real re-run of a committed entry on 4 seeded episodes."""
+def test_verify_scores_fresh_layouts_from_a_secret_seed_and_reports_it():
+    verification = verify_file(SAMPLE, episodes=2, fresh_layouts=3)
+    assert verification.ok, verification.failures()
+    assert verification.fresh_seed is not None and str(verification.fresh_seed) in verification.notes[0]
+    fresh = {c.metric: c for c in verification.fresh}
+    assert fresh["fresh:action_accuracy"].k == 3 and fresh["fresh:action_accuracy"].rerun_mean == 1.0
+    again = verify_file(SAMPLE, episodes=2, fresh_layouts=3)
+    assert again.fresh_seed != verification.fresh_seed  # os.urandom, not a fixed seed
+
+
+def test_forgeries_that_pass_every_static_check_fail_the_rerun():
     entry = schema.load_entry(SAMPLE)
-    result = rerun(entry, episodes=4, seed=0, allow_unofficial=unofficial_ok(entry))
-    assert len(result.rows) == 4
-    honest = compare(entry, result)
-    assert honest.ok, honest.failures()
-    assert {c.metric for c in honest.checks} >= {"action_accuracy", "action_accuracy.control", "action_accuracy.leakage"}
+    result = rerun(entry, SAMPLE.parent, episodes=4, seed=0)
+    assert compare(entry, result).ok
+    data = sample_data()
+    n = len(data["episodes"]["ids"])
+    forgeries = {
+        "action_accuracy.control": forge_rows(data, "action_accuracy", "control", [0.05] * n),
+        "action_hist_tv": forge_rows(data, "action_hist_tv", "metric", [0.2] * n),
+    }
+    for metric, forged in forgeries.items():
+        forged_entry = parse_entry(forged)
+        assert checks.problems(forged_entry) == []  # consistent with its own (forged) rows
+        verdict = compare(forged_entry, result)
+        assert not verdict.ok and any(f.startswith(metric + ":") for f in verdict.failures()), verdict.failures()
+    missing = _set(data, "metrics.action_hist_tv", KeyError)
+    missing["episodes"]["values"].pop("action_hist_tv")
+    missing["episodes"]["controls"].pop("action_hist_tv")
+    missing["episodes"].get("failed_frames", {}).pop("action_hist_tv", None)
+    assert "metric action_hist_tv: the attack reports it but the entry omits it" in \
+        compare(parse_entry(missing), result).failures()
 
-    for field, value, metric in [
-        ("metrics.action_accuracy.leakage", {"mean": 0.95, "ci_low": 0.94, "ci_high": 0.96}, "action_accuracy.leakage"),
-        ("metrics.action_accuracy.control", {"mean": 0.05, "ci_low": 0.04, "ci_high": 0.06}, "action_accuracy.control"),
-        ("metrics.action_hist_tv", {**sample_data()["metrics"]["action_hist_tv"], "mean": 0.2, "ci_low": 0.2,
-                                    "ci_high": 0.2}, "action_hist_tv"),
-    ]:
-        forged = compare(parse_entry(_set(sample_data(), field, value)), result)
-        assert not forged.ok
-        assert any(f.startswith(metric + ":") for f in forged.failures()), forged.failures()
 
-    missing = _set(sample_data(), "metrics.action_hist_tv", KeyError)
-    assert "metric action_hist_tv: the attack reports it but the entry omits it" in compare(parse_entry(missing), result).failures()
+PATCHING_ATTACK = textwrap.dedent("""
+    import numpy as np
+    from gradleak_bench.records import Reconstruction
+
+    def _always_ok(*args, **kwargs):
+        from gradleak_bench.leaderboard.verify import Check
+        return Check("patched", 1.0, 1.0, 1, 1.0, True)
+
+    # what a hostile plug-in does on import: patch the verifier's comparison, its checks and the scorer
+    try:
+        import gradleak_bench.leaderboard.verify as _verify
+        import gradleak_bench.leaderboard.checks as _checks
+        import gradleak_bench.run.scorer as _scorer
+        _verify.check_statistic = _always_ok
+        _verify.check_fresh = _always_ok
+        _checks.problems = lambda entry: []
+        _scorer.summarise_metrics = lambda *a, **k: {}
+    except Exception:
+        pass
+
+    class Useless:
+        name = "useless"
+        fields = ("action",)
+
+        def reconstruct(self, episode, victim):
+            return Reconstruction(fields={"action": np.zeros(len(episode.t), dtype=np.int64)})
+""")
+
+
+def test_a_plugin_patching_the_verifier_does_not_change_the_verdict(tmp_path):
+    """The issue's attack: a useless attack that patches verify.check_statistic claims closed_form's numbers
+    (a fabricated leakage of 0.73). The plug-in runs only in the re-run's process; the verdict stands."""
+    import gradleak_bench.leaderboard.verify as verify_module
+
+    before = verify_module.check_statistic
+    folder = tmp_path / "PointNav" / "none"
+    folder.mkdir(parents=True)
+    data = _set(sample_data(), "attack", "useless")
+    digest = binding.sha256_bytes(PATCHING_ATTACK.encode())
+    data["attack_code"] = {"source": "file", "name": "Useless", "file": f"useless-{digest[:12]}.py", "sha256": digest}
+    (folder / data["attack_code"]["file"]).write_text(PATCHING_ATTACK)
+    path = folder / "useless__ppo-init.json"
+    path.write_text(json.dumps(data))
+    verification = verify_file(path, episodes=4, fresh_layouts=2)
+    assert verify_module.check_statistic is before  # nothing of the plug-in ran in this process
+    assert not verification.ok
+    assert any(f.startswith("action_accuracy:") for f in verification.failures()), verification.failures()
+    assert any(c.metric == "fresh:action_accuracy" and not c.ok for c in verification.fresh)
+    result = cli("verify", str(path), "--episodes", "4", "--fresh-layouts", "0")
+    assert result.returncode == 1 and "not verified: action_accuracy:" in result.stderr
 
 
 # --- render ----------------------------------------------------------------------------------------------
 
 
-def test_markdown_has_one_sorted_table_per_task_and_defense():
+ABSTAINER = textwrap.dedent("""
+    import numpy as np
+    from gradleak_bench.baselines.attacks.closed_form import ClosedFormAction
+    from gradleak_bench.records import Reconstruction
+
+    class Abstainer(ClosedFormAction):
+        name = "abstainer"
+
+        def reconstruct(self, episode, victim):
+            actions = super().reconstruct(episode, victim).fields["action"].astype(np.float64)
+            actions[1::2] = np.nan  # "unsure": abstain on every other step
+            return Reconstruction(fields={"action": actions})
+""")
+
+
+def test_abstaining_cannot_rank_first_and_its_failed_frames_are_shown(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "abstainer.py").write_text(ABSTAINER)
+    result = cli("evaluate", f"{work / 'abstainer.py'}:Abstainer", "--out", "run", "--wandb", "disabled", cwd=work)
+    assert result.returncode == 0, result.stderr[-3000:]
+    entries = tmp_path / "entries"
+    assert cli("submit", "run", "--name", "abstainer", "--authors", "A", "--out", str(entries), cwd=work).returncode == 0
+    submit(_official_run(), "closed_form", ["B"], out=entries)
+    abstainer = schema.load_entry(entries / "PointNav" / "none" / "abstainer__ppo-init.json")
+    accuracy = abstainer.metrics["action_accuracy"]
+    assert accuracy.failed_frames == 192 and accuracy.mean <= 0.5  # each abstained frame scores 0
+    md, _ = render(entries, tmp_path)
+    section = md.read_text().split("## PointNav, defense `none`")[1]
+    ranked = [line for line in section.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    assert "closed\\_form" in ranked[0] and "abstainer" in ranked[1]
+    assert "| 192 / 384 |" in ranked[1] and "| 0 / 384 |" in ranked[0]
+
+
+
+def test_markdown_has_one_sorted_table_per_task_and_defense_with_failed_frames():
     entries = load_entries(ENTRIES)
     md = render_markdown(entries)
     for task, defense, _ in BASELINES:
         assert f"## {task}, defense `{defense}`" in md
     section = md.split("## ActivePerception, defense `none`")[1].split("##")[0]
-    rows = [line for line in section.splitlines() if line.startswith("| ") and "closed_form" in line]
+    header = next(line for line in section.splitlines() if line.startswith("| #"))
+    assert "action_accuracy failed frames" in header
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "closed" in line]
     leak = [float(r.split("|")[5].split("[")[0]) for r in rows]
     assert leak == sorted(leak, reverse=True) and len(rows) >= 2
+
+
+def test_author_and_version_text_cannot_inject_html_or_markdown():
+    data = _set(sample_data(), "authors", ["<script>alert(1)</script>", "[click](javascript:alert(1))", "a|b"])
+    data = _set(data, "attack_version", "<img src=x onerror=alert(1)>")
+    data = _set(data, "defense_params", {"note": "<b>bold</b>"})
+    entry = parse_entry(data)
+    md = render_markdown([entry])
+    assert "<script" not in md and "<img" not in md and "<b>" not in md
+    assert not re.search(r"(?<!\\)\]\(javascript", md)  # no link: the bracket is escaped
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in md and "\\[click\\]" in md and "a\\|b" in md
+    page = render_html([entry])
+    assert "<script>alert(1)" not in page and "<img src=x" not in page and "&lt;script&gt;" in page
 
 
 def test_committed_rendering_is_up_to_date(tmp_path):

@@ -2,24 +2,29 @@
 and defense) and a self-contained ``leaderboard/index.html`` (inline CSS and JS, sortable columns).
 
 Rows are sorted by the leakage (metric - control) of the task's primary metric
-(:data:`~gradleak_bench.leaderboard.schema.PRIMARY_METRIC`), best first in the metric's own direction;
-entries without it come last, by attack name.
+(:data:`~gradleak_bench.leaderboard.schema.PRIMARY_METRIC`), best first in the metric's own direction; only
+entries on the official split are ranked (recomputed from the manifest, never read from the entry), the others
+follow unranked. An entry that is impossible or disagrees with its own per-episode rows is refused
+(:mod:`.checks`). Every text a submitter chose (authors, version, parameters) is escaped for Markdown and HTML.
 """
 from __future__ import annotations
 
 import html
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from gradleak_bench.leaderboard.schema import Entry, Interval, MetricResult, load_entries
+from gradleak_bench.leaderboard import checks
+from gradleak_bench.leaderboard.schema import Entry, Interval, InvalidEntryError, MetricResult, load_entries
 
 
 @dataclass(frozen=True)
 class Column:
     title: str
     cells: list[tuple[str, float | str]]  # (display text, sort key) per row
+    user: bool = False  # holds text a submitter chose: escaped for Markdown as well as HTML
 
 
 def group(entries: list[Entry]) -> dict[tuple[str, str], list[Entry]]:
@@ -32,10 +37,11 @@ def group(entries: list[Entry]) -> dict[tuple[str, str], list[Entry]]:
 
 def _rank_key(entry: Entry) -> tuple:
     _, m = entry.primary()
+    unranked = not checks.is_official(entry)
     if m is None:
-        return (1, 0.0, entry.attack, entry.victim)
+        return (unranked, 1, 0.0, entry.attack, entry.victim)
     stat = m.leakage or m
-    return (0, -stat.mean if m.higher_is_better else stat.mean, entry.attack, entry.victim)
+    return (unranked, 0, -stat.mean if m.higher_is_better else stat.mean, entry.attack, entry.victim)
 
 
 def _fmt(x: float) -> str:
@@ -56,12 +62,14 @@ def columns(entries: list[Entry]) -> list[Column]:
     """The table's columns: who, the primary metric (metric, control, leakage), the other metrics, cost."""
     primary = entries[0].primary()[0]
     others = sorted({name for e in entries for name in e.metrics} - {primary})
-    rank = [(str(i + 1), float(i + 1)) for i in range(len(entries))]
+    official = [checks.is_official(e) for e in entries]
+    rank = [(str(i + 1), float(i + 1)) if official[i] else ("–", math.inf) for i in range(len(entries))]
     cols = [
         Column("#", rank),
-        Column("attack", [(e.attack + (f" ({e.attack_version})" if e.attack_version else ""), e.attack) for e in entries]),
+        Column("attack", [(e.attack + (f" ({e.attack_version})" if e.attack_version else ""), e.attack) for e in entries],
+               user=True),
         Column("victim", [(f"{e.victim} @ {e.checkpoint}", f"{e.victim} {e.checkpoint}") for e in entries]),
-        Column("defense params", [(_params(e.defense_params), _params(e.defense_params)) for e in entries]),
+        Column("defense params", [(_params(e.defense_params), _params(e.defense_params)) for e in entries], user=True),
     ]
 
     def stat(e: Entry, name: str, part: str) -> tuple[str, float]:
@@ -70,24 +78,44 @@ def columns(entries: list[Entry]) -> list[Column]:
         return _interval(iv), (iv.mean if iv is not None else -math.inf)
 
     cols += [Column(f"{primary} leakage", [stat(e, primary, "leakage") for e in entries]),
+             Column(f"{primary} leakage vs best prior", [_prior(e, primary) for e in entries]),
              Column(f"{primary}", [stat(e, primary, "metric") for e in entries]),
              Column(f"{primary} control", [stat(e, primary, "control") for e in entries])]
     for name in others:
         cells = []
         for e in entries:
             text, key = stat(e, name, "metric")
-            control = e.metrics.get(name) and e.metrics[name].control
-            cells.append((text + (f" (control {_fmt(control.mean)})" if control else ""), key))
+            m = e.metrics.get(name)
+            control = m and m.control
+            failed = f" ({m.failed_frames} failed frames)" if m is not None and m.failed_frames else ""
+            cells.append((text + (f" (control {_fmt(control.mean)})" if control else "") + failed, key))
         cols.append(Column(name, cells))
+    cols.append(Column(f"{primary} failed frames", [_failed(e, primary) for e in entries]))
     cols += [
         Column("ms/frame", [(f"{e.ms_per_frame:.3g}", e.ms_per_frame) for e in entries]),
         Column("n", [(str(e.n_episodes - e.n_failed), float(e.n_episodes - e.n_failed)) for e in entries]),
-        Column("authors", [(", ".join(e.authors), ", ".join(e.authors)) for e in entries]),
+        Column("authors", [(", ".join(e.authors), ", ".join(e.authors)) for e in entries], user=True),
         Column("date", [(e.date, e.date) for e in entries]),
-        Column("official split", [("yes" if e.dataset_official else "no checksum yet", str(e.dataset_official))
-                                  for e in entries]),
+        Column("official split", [("yes" if ok else "no (unranked)", str(ok)) for ok in official]),
     ]
     return cols
+
+
+def _prior(e: Entry, metric: str) -> tuple[str, float]:
+    """metric - the best gradient-free prior fitted on train layouts (docs/priors.md), with the prior's name."""
+    m = e.metrics.get(metric)
+    best, leak = getattr(m, "best_prior", None), getattr(m, "prior_leakage", None)
+    if best is None or leak is None:
+        return "–", -math.inf
+    return f"{_interval(leak)} ({best.removeprefix('prior:')})", leak.mean
+
+
+def _failed(e: Entry, metric: str) -> tuple[str, float]:
+    """Failed frames of ``metric`` out of the scored frames (each scored as the metric's worst value)."""
+    m = e.metrics.get(metric)
+    if m is None:
+        return "–", -math.inf
+    return f"{m.failed_frames} / {sum(e.episodes.frames)}", float(m.failed_frames)
 
 
 # --- Markdown --------------------------------------------------------------------------------------------
@@ -105,7 +133,14 @@ primary metric. The same tables, sortable, are in [index.html](index.html).
 """
 
 
-def _md_cell(text: str) -> str:
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+
+
+def _md_cell(text: str, user: bool = False) -> str:
+    """A table cell's text; a submitter's text is HTML-escaped (GitHub renders raw HTML in Markdown) and its
+    Markdown punctuation backslash-escaped (no links, images or emphasis from an author name)."""
+    if user:
+        return _MD_SPECIAL.sub(r"\\\1", html.escape(text, quote=True)).replace("\n", " ")
     return text.replace("|", "\\|")
 
 
@@ -124,7 +159,7 @@ def render_markdown(entries: list[Entry]) -> str:
         parts.append("| " + " | ".join(c.title for c in cols) + " | links |")
         parts.append("|" + "---|" * (len(cols) + 1))
         for i, e in enumerate(rows):
-            parts.append("| " + " | ".join(_md_cell(c.cells[i][0]) for c in cols) + f" | {_links(e)} |")
+            parts.append("| " + " | ".join(_md_cell(c.cells[i][0], c.user) for c in cols) + f" | {_links(e)} |")
     return "\n".join(parts) + "\n"
 
 
@@ -218,12 +253,21 @@ def render(entries_dir: str | Path = "leaderboard/entries", out_dir: str | Path 
     (default: the parent of ``entries_dir``)."""
     from gradleak_bench.paths import atomic_write_bytes
 
-    entries = load_entries(entries_dir)
+    entries = checked_entries(entries_dir)
     out = Path(out_dir) if out_dir is not None else Path(entries_dir).parent
     md, page = out / "README.md", out / "index.html"
     atomic_write_bytes(md, render_markdown(entries).encode())
     atomic_write_bytes(page, render_html(entries).encode())
     return md, page
+
+
+def checked_entries(entries_dir: str | Path) -> list[Entry]:
+    """Every entry, each refused (one message naming it) when impossible or inconsistent with its own rows."""
+    entries = load_entries(entries_dir)
+    for entry in entries:
+        if found := checks.problems(entry):
+            raise InvalidEntryError(f"{Path(entries_dir) / entry.relative_path}: refused: " + "; ".join(found))
+    return entries
 
 
 def table_rows(entries: list[Entry]) -> dict[str, list[str]]:

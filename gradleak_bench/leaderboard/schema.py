@@ -3,6 +3,8 @@
 :func:`parse_entry` turns a decoded JSON object into a frozen :class:`Entry`, checking every field against
 its declared type (real numbers, not strings; NaN and Inf rejected) and the registries (task, victim,
 split). Every complaint names the field by its dotted path, e.g. ``metrics.action_accuracy.ci_low``.
+Whether the numbers are *possible* and agree with the entry's own per-episode rows is
+:mod:`gradleak_bench.leaderboard.checks`' job; whether the code reproduces them is ``verify``'s.
 """
 from __future__ import annotations
 
@@ -18,8 +20,10 @@ from pathlib import Path
 from typing import Any, Union
 
 from gradleak_bench.errors import InvalidEntryError, UnofficialDatasetError  # noqa: F401  (re-exported)
+from gradleak_bench.leaderboard.binding import CodeBinding, problems as binding_problems
+from gradleak_bench.run.results import Interval, MetricResult  # noqa: F401  (re-exported: one typed result)
 
-SCHEMA = "gradleak-bench-entry/1"
+SCHEMA = "gradleak-bench-entry/2"
 
 #: The metric each task's tables are sorted by (its leakage = metric - control, best first). It is the one
 #: every reference attack reports and the headline of both threat-model papers (TRACE, QGI/RGI).
@@ -28,31 +32,34 @@ PRIMARY_METRIC = {"PointNav": "action_accuracy", "ActivePerception": "action_acc
 #: Names that become folder and file names: no separators, no dots at the start.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+#: Links are rendered into Markdown and HTML: characters that could close the link or the attribute are refused.
+URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#@!$&*+,;=%-]+$")
+#: The splits an entry may score: the held-out test layouts (standard length, or run to the episode limit).
+HELD_OUT = ("test", "test-full")
 JsonScalar = Union[str, int, float, bool, None]
+#: An indented JSON array of numbers only (the per-episode rows), written on one line.
+_NUMBER_LIST = re.compile(r"\[\s*(-?[0-9][0-9.eE+-]*(?:,\s*-?[0-9][0-9.eE+-]*)*)\s*\]")
 
 
 @dataclass(frozen=True)
-class Interval:
-    """A mean and its 95% bootstrap CI (BCa over held-out episodes)."""
+class EpisodeRows:
+    """The run's per-episode values, so the summary can be recomputed from them (and a re-run compared).
 
-    mean: float
-    ci_low: float
-    ci_high: float
+    Attributes:
+        ids: the scored episode ids, in canonical order.
+        frames: each episode's scored frames (its length).
+        values: metric -> one value per episode (failed frames already scored as the metric's worst value).
+        controls: metric -> the no-leak control's value per episode.
+        references: metric -> gradient-free reference (prior) name -> its value per episode.
+        failed_frames: metric -> failed frames per episode.
+    """
 
-
-@dataclass(frozen=True)
-class MetricResult:
-    """One metric of an entry: the attack's score, its no-leak control and the leakage (metric - control)."""
-
-    mean: float
-    ci_low: float
-    ci_high: float
-    n: int
-    higher_is_better: bool
-    unit: str = ""
-    failed_frames: int = 0
-    control: Interval | None = None
-    leakage: Interval | None = None
+    ids: tuple[str, ...]
+    frames: tuple[int, ...]
+    values: dict[str, tuple[float, ...]]
+    controls: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    references: dict[str, dict[str, tuple[float, ...]]] = field(default_factory=dict)
+    failed_frames: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -68,32 +75,39 @@ class Environment:
 
 @dataclass(frozen=True)
 class Entry:
-    """One leaderboard result: an attack x task x victim checkpoint x defense on the held-out split."""
+    """One leaderboard result: an attack x task x victim checkpoint x defense on the held-out split.
+
+    ``attack_code`` / ``defense_code`` bind the result to code (:mod:`.binding`); ``dataset_identity`` is the
+    split identity of the scored episodes (the same on every CPU). Whether the entry is *official* is never
+    read from the file: :func:`gradleak_bench.leaderboard.checks.is_official` recomputes it from the manifest.
+    """
 
     attack: str
     attack_version: str
+    attack_code: CodeBinding
     authors: tuple[str, ...]
     task: str
     victim: str
     checkpoint: str
     checkpoint_id: str
     defense: str
+    defense_code: CodeBinding
     split: str
     dataset: str
-    dataset_sha256: str
+    dataset_identity: str
     code_version: str
     environment: Environment
     metrics: dict[str, MetricResult]
+    episodes: EpisodeRows
     n_episodes: int
     ms_per_frame: float
     date: str
-    attack_ref: str = ""
     attack_params: dict[str, JsonScalar] = field(default_factory=dict)
     defense_params: dict[str, JsonScalar] = field(default_factory=dict)
     paper: str | None = None
     code: str | None = None
     seed: int = 0
-    dataset_official: bool = False
+    dataset_seed: int = 0
     n_failed: int = 0
     fit_seconds: float = 0.0
     schema: str = SCHEMA
@@ -103,20 +117,18 @@ class Entry:
         """Where the entry lives under ``leaderboard/entries``."""
         return Path(self.task) / self.defense / f"{self.attack}__{self.victim}-{self.checkpoint}.json"
 
-    @property
-    def load_ref(self) -> str:
-        """How the runner finds the attack (a registered name, entry point or module:Class)."""
-        return self.attack_ref or self.attack
-
     def primary(self) -> tuple[str, MetricResult | None]:
         name = PRIMARY_METRIC.get(self.task, "")
         return name, self.metrics.get(name)
 
     def to_dict(self) -> dict[str, Any]:
-        return _drop_none(dataclasses.asdict(self))
+        data = _drop_none(dataclasses.asdict(self))
+        data["metrics"] = {name: m.to_dict() for name, m in self.metrics.items()}
+        return data
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n"
+        text = json.dumps(self.to_dict(), indent=1, allow_nan=False)
+        return _NUMBER_LIST.sub(lambda m: "[" + ", ".join(re.split(r",\s*", m.group(1))) + "]", text) + "\n"
 
 
 def _drop_none(value: Any) -> Any:
@@ -220,6 +232,8 @@ def _parse_value(hint: Any, value: Any, path: str, source: str) -> Any:
                 raise _err(source, path, f"must be finite, got {value}")
             return value
         raise _err(source, path, f"must be a string, number, boolean or null, got {_json_type(value)}")
+    if hint is MetricResult:
+        return _parse_metric(value, path, source)
     if dataclasses.is_dataclass(hint):
         return _parse_dataclass(hint, value, path + ".", source)
     if origin is dict:
@@ -251,6 +265,24 @@ def _parse_value(hint: Any, value: Any, path: str, source: str) -> Any:
     raise TypeError(f"schema field {path} has an unsupported type {hint}")  # a bug in this module
 
 
+_METRIC_KEYS = ("mean", "ci_low", "ci_high", "n", "higher_is_better", "unit", "failed_frames", "control", "leakage",
+                "references", "best_prior", "prior_leakage")
+
+
+def _parse_metric(value: Any, path: str, source: str) -> MetricResult:
+    """The run's own typed reader (:meth:`MetricResult.from_dict`), plus the schema's refusal of unknown keys
+    and the metric's possible range."""
+    from gradleak_bench.errors import CorruptFileError
+    from gradleak_bench.leaderboard.checks import bounds
+
+    if isinstance(value, dict) and (unknown := sorted(set(value) - set(_METRIC_KEYS))):
+        raise _err(source, f"{path}.{unknown[0]}", f"is not part of the schema (known: {', '.join(_METRIC_KEYS)})")
+    try:
+        return MetricResult.from_dict(value, path, bounds(path.rsplit(".", 1)[-1]))
+    except CorruptFileError as exc:
+        raise InvalidEntryError(f"{source}: field {exc}") from None
+
+
 def _check_task_first(data: dict, source: str) -> None:
     """An unknown task is the likeliest mistake: report it with the known tasks before anything else."""
     from gradleak_bench.tasks import TASKS
@@ -265,24 +297,28 @@ def _check_task_first(data: dict, source: str) -> None:
 
 
 def _check_semantics(entry: Entry, source: str) -> None:
-    from gradleak_bench.splits import SPLITS
     from gradleak_bench.tasks import get_task
 
     task = get_task(entry.task)
     if entry.victim not in task.victims:
         raise _err(source, "victim", f"is {entry.victim!r}, not a victim of {entry.task} ({', '.join(task.victims)})")
-    if entry.split not in SPLITS:
-        raise _err(source, "split", f"is {entry.split!r}, not one of {', '.join(SPLITS)}")
+    if entry.split not in HELD_OUT:
+        raise _err(source, "split", f"is {entry.split!r}, not one of {', '.join(HELD_OUT)} (entries score held-out "
+                                    "episodes)")
     for name in ("attack", "defense", "victim", "checkpoint"):
         if not SAFE_NAME.match(getattr(entry, name)):
             raise _err(source, name, f"is {getattr(entry, name)!r}: use letters, digits, '_', '-', '.', '+' only "
                                      "(it becomes a file name)")
-    if not SHA256.match(entry.dataset_sha256):
-        raise _err(source, "dataset_sha256", "must be 64 lowercase hexadecimal digits")
+    if not SHA256.match(entry.dataset_identity):
+        raise _err(source, "dataset_identity", "must be 64 lowercase hexadecimal digits")
+    for name in ("attack_code", "defense_code"):
+        if found := binding_problems(getattr(entry, name)):
+            raise _err(source, name, "; ".join(found))
     for name in ("paper", "code"):
         url = getattr(entry, name)
-        if url is not None and not re.match(r"^https?://\S+$", url):
-            raise _err(source, name, f"must be an http(s) URL, got {url!r}")
+        if url is not None and not URL.match(url):
+            raise _err(source, name, f"must be an http(s) URL without spaces, quotes, brackets or parentheses, "
+                                     f"got {url!r}")
     if not all(a.strip() for a in entry.authors):
         raise _err(source, "authors", "holds an empty name")
     try:
@@ -298,7 +334,3 @@ def _check_semantics(entry: Entry, source: str) -> None:
     for name, m in entry.metrics.items():
         if not 1 <= m.n <= entry.n_episodes:
             raise _err(source, f"metrics.{name}.n", f"is {m.n}, outside 1..n_episodes ({entry.n_episodes})")
-        for part, iv in (("", m), (".control", m.control), (".leakage", m.leakage)):
-            if iv is not None and not iv.ci_low - 1e-9 <= iv.mean <= iv.ci_high + 1e-9:
-                raise _err(source, f"metrics.{name}{part}",
-                           f"has mean {iv.mean} outside its CI [{iv.ci_low}, {iv.ci_high}]")

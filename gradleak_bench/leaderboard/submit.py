@@ -1,44 +1,26 @@
-"""``gradleak-bench submit``: turn a run's ``results.json`` into a leaderboard entry.
+"""``gradleak-bench submit``: turn a run's ``results.json`` and per-episode rows into a leaderboard entry.
 
-Only a complete run on the official held-out split becomes an entry: the dataset must be the standard one
-of the task, victim and checkpoint, and its content sha256 the one the split manifest records.
+Only a complete run on the official held-out split becomes an entry: the standard dataset of the task, victim
+and checkpoint, dataset seed 0, every episode scored, and the split identity the manifest records for it.
+Nothing read from the run is believed or called: "official" is recomputed, the attack and defense are bound
+to code by name, entry point or a shipped file's sha256 (:mod:`.binding`) without importing them, and the
+summary must be the one the rows give (:mod:`.checks`).
 """
 from __future__ import annotations
 
 import datetime
 import json
+import math
 import platform
 from pathlib import Path
 from typing import Any
 
-from gradleak_bench import splits
 from gradleak_bench.errors import CorruptFileError, GradleakError
+from gradleak_bench.leaderboard import binding, checks
 from gradleak_bench.leaderboard.schema import Entry, InvalidEntryError, UnofficialDatasetError, parse_entry
 
-
-def check_official_dataset(dataset_key: str, sha256: str, allow_unofficial: bool = False) -> bool:
-    """True when ``sha256`` is the manifest's official checksum of ``dataset_key``.
-
-    Raises:
-        UnofficialDatasetError: the checksum differs from the official one, or the manifest records none for
-            this key (unless ``allow_unofficial``: then False is returned).
-    """
-    official = splits.official_checksum(dataset_key)
-    if official is None:
-        if allow_unofficial:
-            return False
-        raise UnofficialDatasetError(
-            f"the split manifest {splits.manifest_path()} records no official sha256 for dataset {dataset_key!r} "
-            "(under \"datasets\"), so a result on it cannot be certified as the official held-out split. "
-            "Update gradleak-bench to a version whose manifest records it, or ask the maintainers to add it."
-        )
-    if official != sha256:
-        raise UnofficialDatasetError(
-            f"dataset {dataset_key!r} has sha256 {sha256[:16]}..., but the official split's is {official[:16]}... "
-            f"({splits.manifest_path()}): this is not the official held-out split. Regenerate it with "
-            "`gradleak-bench generate` on a released version and evaluate again."
-        )
-    return True
+_REQUIRED = ("task", "victim", "checkpoint", "split", "dataset", "dataset_identity", "metrics", "n_episodes",
+             "n_failed", "versions", "attack", "defense")
 
 
 def read_results(run_dir: Path) -> dict[str, Any]:
@@ -54,83 +36,161 @@ def read_results(run_dir: Path) -> dict[str, Any]:
     return results
 
 
-def entry_from_results(results: dict[str, Any], name: str, authors: list[str], paper: str | None = None,
-                       code: str | None = None, version: str | None = None, allow_unofficial: bool = False,
-                       source: str = "results.json", date: str | None = None) -> Entry:
-    """Build and validate the entry of a complete, official run."""
+def read_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's per-episode rows (``episodes.jsonl``), in the order the run scored them."""
+    path = Path(run_dir) / "episodes.jsonl"
+    rows = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise CorruptFileError(f"no episodes.jsonl in {run_dir}: an entry ships the run's per-episode rows") from None
+    for number, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CorruptFileError(f"{path}:{number} is not JSON ({exc})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("episode_id"), str):
+            raise CorruptFileError(f"{path}:{number} is not an episode row with an episode_id")
+        rows.append(row)
+    return rows
+
+
+def episode_rows(rows: list[dict[str, Any]], metrics: dict[str, Any], source: str) -> dict[str, Any]:
+    """The entry's ``episodes`` object from the run's flat rows (``metric``, ``metric/control``,
+    ``metric/failed_frames``, ``metric/<reference>``): per metric, one value per scored episode."""
+    ok = [r for r in rows if r.get("status", "ok") == "ok"]
+    out: dict[str, Any] = {"ids": [r["episode_id"] for r in ok], "frames": [r.get("length") for r in ok],
+                           "values": {}, "controls": {}, "references": {}, "failed_frames": {}}
+
+    def column(key: str, what: str) -> list[float]:
+        return [_finite(r.get(key), f"{source}: episode {r['episode_id']} {what}") for r in ok]
+
+    for name, m in metrics.items():
+        m = m if isinstance(m, dict) else {}
+        out["values"][name] = column(name, name)
+        if m.get("control") is not None:
+            out["controls"][name] = column(f"{name}/control", f"{name} control")
+        refs = m.get("references") or {}
+        if isinstance(refs, dict) and refs:
+            out["references"][name] = {ref: column(f"{name}/{ref}", f"{name} reference {ref}") for ref in refs}
+        counts = [r.get(f"{name}/failed_frames") for r in ok]
+        if all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
+            out["failed_frames"][name] = counts
+    return out
+
+
+def _finite(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise CorruptFileError(f"{where} is {value!r}, not a finite number: every episode must be scored")
+    return float(value)
+
+
+def entry_from_results(results: dict[str, Any], rows: list[dict[str, Any]], name: str, authors: list[str],
+                       paper: str | None = None, code: str | None = None, version: str | None = None,
+                       allow_unofficial: bool = False, source: str = "results.json", date: str | None = None,
+                       run_dir: Path | None = None) -> tuple[Entry, dict[str, Path]]:
+    """Build and check the entry of a complete official run; also the files to ship beside it.
+
+    Raises:
+        UnofficialDatasetError: not the official split (``allow_unofficial``: maintainers may still make an
+            entry on a dataset the manifest records no identity for; it is shown unranked).
+        CodeBindingError: a ``module:Class`` attack, an unknown name, a missing file.
+        InvalidEntryError: impossible values, or a summary its own rows do not give.
+    """
     from gradleak_bench.dataset import standard_config
 
-    missing = [k for k in ("task", "victim", "checkpoint", "split", "dataset", "dataset_sha256", "metrics",
-                           "n_episodes", "n_failed", "versions", "attack", "defense") if k not in results]
+    missing = [k for k in _REQUIRED if k not in results]
     if missing:
         raise CorruptFileError(f"{source} lacks {', '.join(missing)}: is it from `gradleak-bench evaluate`?")
+    if not isinstance(results["split"], str) or results["split"] not in ("test", "test-full"):
+        raise UnofficialDatasetError(f"{source}: the run scored split {results['split']!r}; leaderboard entries "
+                                     "score the held-out test split (evaluate with --split test)")
     try:
-        standard = standard_config(results["task"], results["victim"], results["checkpoint"], "test")
-    except GradleakError as exc:
+        standard = standard_config(results["task"], results["victim"], results["checkpoint"], results["split"])
+    except (GradleakError, TypeError) as exc:
         raise InvalidEntryError(f"{source}: {exc}") from exc
-    if results["split"] != "test" or results["dataset"] != standard.key:
-        raise UnofficialDatasetError(
-            f"{source}: the run used dataset {results['dataset']!r}; leaderboard entries are scored on the standard "
-            f"held-out dataset {standard.key!r} (evaluate with --split test and the default episodes)."
-        )
-    expected = len(splits.layouts("test")) * standard.episodes_per_layout
-    if results["n_episodes"] != expected:
-        raise GradleakError(f"{source}: the run scored {results['n_episodes']} of the {expected} held-out episodes; "
-                            "an entry needs all of them (evaluate without --episodes).")
+    if results.get("sealed") is not True:
+        raise GradleakError(f"{source}: the run was not sealed (evaluate --unsealed is for debugging: its plug-ins "
+                            "could read the truth); evaluate again without --unsealed")
     if results["n_failed"]:
         raise GradleakError(f"{source}: {results['n_failed']} episodes failed (see episodes.csv); an entry needs "
                             "every held-out episode scored.")
-    official = results.get("dataset_official") is True or check_official_dataset(
-        results["dataset"], results["dataset_sha256"], allow_unofficial)
-
-    versions = results["versions"]
-    metrics = {
-        metric: {k: v for k, v in m.items() if k in ("mean", "ci_low", "ci_high", "n", "higher_is_better", "unit",
-                                                     "failed_frames", "control", "leakage")}
-        for metric, m in results["metrics"].items()
-    }
+    attack_code, attack_file = binding.bind("attack", str(results["attack"]), run_dir)
+    defense_code, defense_file = binding.bind("defense", str(results["defense"]), run_dir)
+    versions = results["versions"] if isinstance(results["versions"], dict) else {}
     data = {
-        "attack": name, "attack_ref": results["attack"], "attack_version": version or _attack_version(results),
+        "attack": name, "attack_version": version or _version(attack_code, versions), "attack_code": attack_code,
         "attack_params": results.get("attack_params", {}), "authors": list(authors), "paper": paper, "code": code,
         "task": results["task"], "victim": results["victim"], "checkpoint": results["checkpoint"],
-        "checkpoint_id": results.get("checkpoint_id", ""), "defense": results["defense"],
-        "defense_params": results.get("defense_params", {}), "split": results["split"],
-        "seed": results.get("seed", 0), "dataset": results["dataset"], "dataset_sha256": results["dataset_sha256"],
-        "dataset_official": bool(official), "code_version": versions.get("gradleak_bench", ""),
+        "checkpoint_id": results.get("checkpoint_id", ""), "defense": defense_code.name,
+        "defense_code": defense_code, "defense_params": results.get("defense_params", {}), "split": results["split"],
+        "seed": results.get("seed", 0), "dataset_seed": results.get("dataset_seed", 0),
+        "dataset": results["dataset"], "dataset_identity": results["dataset_identity"],
+        "code_version": versions.get("gradleak_bench", ""),
         "environment": {"torch": versions.get("torch", ""), "device": "cpu", "platform": platform.platform(),
                         "python": platform.python_version(),
                         "stable_baselines3": versions.get("stable_baselines3", "")},
-        "metrics": metrics, "n_episodes": results["n_episodes"], "n_failed": results["n_failed"],
+        "metrics": results["metrics"], "episodes": episode_rows(rows, results["metrics"], source),
+        "n_episodes": results["n_episodes"], "n_failed": results["n_failed"],
         "ms_per_frame": results.get("ms_per_frame"), "fit_seconds": results.get("fit_seconds", 0.0),
         "date": date or datetime.date.today().isoformat(),
     }
-    return parse_entry({k: v for k, v in data.items() if v is not None}, source)
+    entry = parse_entry(_plain(data), source)
+    if found := checks.problems(entry):
+        raise InvalidEntryError(f"{source}: " + "; ".join(found))
+    if entry.dataset != standard.key:
+        raise UnofficialDatasetError(f"{source}: the run used dataset {entry.dataset!r}; entries score the "
+                                     f"standard held-out dataset {standard.key!r}")
+    reason = checks.official_problem(entry)
+    if reason is not None and not (allow_unofficial and "records no identity" in reason):
+        raise UnofficialDatasetError(
+            f"{source}: not the official held-out split: {reason}. Evaluate with the defaults (--split test, every "
+            "episode, dataset seed 0) on a released gradleak-bench; a dataset_identity that differs from the "
+            "manifest's is never accepted.")
+    shipped = {b.file: p for b, p in ((attack_code, attack_file), (defense_code, defense_file)) if p is not None}
+    return entry, shipped
 
 
-def _attack_version(results: dict[str, Any]) -> str:
-    """The attack class's ``version`` attribute when it has one, else the gradleak-bench version."""
-    from gradleak_bench import plugins
+def _plain(data: dict[str, Any]) -> dict[str, Any]:
+    """Bindings as JSON objects, Nones dropped, so the entry is parsed from what will be written."""
+    import dataclasses
 
-    try:
-        cls = type(plugins.load("attack", results["attack"], results.get("attack_params", {})))
-        if isinstance(getattr(cls, "version", None), str):
-            return cls.version
-    except GradleakError:
-        pass  # an attack that no longer loads here still gets an entry; the version falls back
-    return results.get("versions", {}).get("gradleak_bench", "unknown")
+    out = {}
+    for key, value in data.items():
+        if dataclasses.is_dataclass(value):
+            value = {k: v for k, v in dataclasses.asdict(value).items() if v is not None}
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _version(code: binding.CodeBinding, versions: dict[str, Any]) -> str:
+    """A version read from the binding, never by importing the plug-in."""
+    if code.source == "entry_point":
+        return code.version or "unknown"
+    if code.source == "file":
+        return f"sha256:{code.sha256[:12]}"
+    return str(versions.get("gradleak_bench", "unknown"))
 
 
 def submit(run_dir: str | Path, name: str, authors: list[str], paper: str | None = None, code: str | None = None,
            version: str | None = None, out: str | Path = "leaderboard/entries", force: bool = False,
            allow_unofficial: bool = False) -> Path:
-    """Write the entry of ``run_dir`` under ``out/<task>/<defense>/<attack>__<victim>-<checkpoint>.json``."""
+    """Write the entry of ``run_dir`` under ``out/<task>/<defense>/<attack>__<victim>-<checkpoint>.json`` and
+    the plug-in files it binds beside it."""
     from gradleak_bench.paths import atomic_write_bytes
 
-    results = read_results(Path(run_dir))
-    entry = entry_from_results(results, name, authors, paper, code, version, allow_unofficial,
-                               source=str(Path(run_dir) / "results.json"))
+    run_dir = Path(run_dir)
+    results = read_results(run_dir)
+    entry, shipped = entry_from_results(results, read_rows(run_dir), name, authors, paper, code, version,
+                                        allow_unofficial, source=str(run_dir / "results.json"), run_dir=run_dir)
     path = Path(out) / entry.relative_path
     if path.exists() and not force:
         raise GradleakError(f"{path} already exists; pass --force to replace it")
+    for file_name, source in shipped.items():
+        data = source.read_bytes()
+        if not file_name.endswith(f"-{binding.sha256_bytes(data)[:12]}.py"):
+            raise GradleakError(f"{source} changed while the entry was made; submit again")
+        atomic_write_bytes(path.parent / file_name, data)
     atomic_write_bytes(path, entry.to_json().encode())
     return path

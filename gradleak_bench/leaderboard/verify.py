@@ -1,38 +1,49 @@
-"""``gradleak-bench verify``: re-run an entry's attack on a seeded random subset of the held-out episodes and
-check every metric (and its control and leakage) against the entry.
+"""``gradleak-bench verify``: re-run an entry's own code on a seeded random subset of the held-out episodes
+and check everything the entry claims (docs/leaderboard.md, "What verify checks").
 
-The rule, for each statistic with entry mean ``mu``, CI ``[lo, hi]`` over ``n`` episodes, and a re-run mean
-``m`` over ``k`` sampled episodes::
+Before anything runs: the entry's values must be possible and its summary the one its own per-episode rows
+give (:mod:`.checks`), the dataset must be the official split (recomputed from the manifest), and the code
+must be the code the entry binds (:mod:`.binding`). Then, for each statistic (every metric, its control, its
+references, its leakage, its failed frames) with the entry's per-episode rows ``x_1..x_n`` and the re-run's
+values ``y_1..y_k``::
 
-    d   = m - mu
-    w   = hi - mu if d > 0 else mu - lo            # the CI half-width on the side of the deviation
-    tol = Z * (w / 1.96) * sqrt(n / k) * sqrt((n - k) / (n - 1)) + ATOL
-    pass iff |d| <= tol
+    s   = sd(x)                                        # the spread of the entry's own rows
+    tol = Z * s / sqrt(k) + 1e-6 * max(1, |mean(x)|)
+    pass iff |mean(y) - mean(x)| <= tol
 
-``w / 1.96 * sqrt(n)`` is the per-episode standard deviation the entry's CI implies, so ``tol`` is ``Z``
-standard errors of a mean of ``k`` episodes drawn without replacement from the ``n`` (finite-population
-correction). With ``k = n`` (the whole split) the re-run must reproduce the entry's mean to ``ATOL``; with a
-point CI (every episode scored the same) so must every subset.
+and, on ``layouts`` fresh layouts drawn from a secret seed, the drop of each metric in its own direction::
+
+    drop = (mean(x) - f) if higher_is_better else (f - mean(x))
+    flag iff drop > Z * sqrt(s^2 / L + s_f^2 / k_f) + 1e-6 * max(1, |mean(x)|)
+
+(``L`` the entry's test layouts, ``f``, ``s_f`` the fresh mean and sd over ``k_f`` fresh layouts).
+
+Plug-in code never runs in the verifier's process: the scorer (:class:`gradleak_bench.run.evaluation.Scorer`)
+runs here and holds the truth; each plug-in runs sealed in its own process and answers with plain arrays, so a
+plug-in cannot patch this module's comparison.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from gradleak_bench.leaderboard.schema import Entry, Interval, MetricResult, UnofficialDatasetError
-from gradleak_bench.runner import RunResult
-from gradleak_bench.leaderboard.submit import check_official_dataset
+from gradleak_bench.errors import CorruptFileError, GradleakError
+from gradleak_bench.leaderboard import binding, checks
+from gradleak_bench.leaderboard.schema import Entry, InvalidEntryError, UnofficialDatasetError
 
 Z = 4.0
 """Standard errors allowed: a false alarm on one honest statistic has probability ~6e-5 (normal approx.)."""
 
 
 def atol(mu: float) -> float:
-    """Float round-off allowance."""
+    """Float round-off allowance (other CPUs give other last bits)."""
     return 1e-6 * max(1.0, abs(mu))
 
 
@@ -42,7 +53,6 @@ class Check:
 
     metric: str
     entry_mean: float
-    ci: tuple[float, float]
     rerun_mean: float
     k: int
     tolerance: float
@@ -52,8 +62,34 @@ class Check:
     def describe(self) -> str:
         verdict = "ok" if self.ok else "FAILED"
         return (f"{self.metric}: re-run mean {self.rerun_mean:.6g} over {self.k} episodes vs entry "
-                f"{self.entry_mean:.6g} [{self.ci[0]:.6g}, {self.ci[1]:.6g}], |diff| "
-                f"{abs(self.rerun_mean - self.entry_mean):.3g} <= {self.tolerance:.3g}? {verdict}{self.note}")
+                f"{self.entry_mean:.6g}, |diff| {abs(self.rerun_mean - self.entry_mean):.3g} <= "
+                f"{self.tolerance:.3g}? {verdict}{self.note}")
+
+
+@dataclass(frozen=True)
+class FreshCheck(Check):
+    """One metric's official mean against its mean on fresh layouts: only a drop in the metric's own
+    direction counts (``tolerance`` bounds the drop)."""
+
+    def describe(self) -> str:
+        verdict = "ok" if self.ok else "FLAGGED: overfits the public test layouts"
+        return (f"{self.metric}: official {self.entry_mean:.6g}, fresh layouts {self.rerun_mean:.6g} over {self.k} "
+                f"layouts, drop {self.note} <= {self.tolerance:.3g}? {verdict}")
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """What a re-run hands back to the verifier: plain numbers, no objects."""
+
+    ids: tuple[str, ...]
+    values: dict[str, list[float]]
+    controls: dict[str, list[float]]
+    references: dict[str, dict[str, list[float]]]
+    failed_frames: dict[str, list[int]]
+    failures: tuple[str, ...]
+    dataset_identity: str | None
+    checkpoint_id: str
+    metrics: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -62,92 +98,222 @@ class Verification:
     episode_ids: tuple[str, ...]
     checks: tuple[Check, ...]
     problems: tuple[str, ...]
+    fresh: tuple[Check, ...] = ()
+    fresh_seed: int | None = None
+    notes: tuple[str, ...] = field(default=())
 
     @property
     def ok(self) -> bool:
-        return not self.problems and all(c.ok for c in self.checks)
+        return not self.problems and all(c.ok for c in self.checks + self.fresh)
 
     def failures(self) -> list[str]:
-        return list(self.problems) + [c.describe() for c in self.checks if not c.ok]
+        return list(self.problems) + [c.describe() for c in self.checks + self.fresh if not c.ok]
 
 
-def check_statistic(metric: str, stat: Interval | MetricResult, n: int, values: list[float]) -> Check:
-    """Apply the rule above to one statistic."""
-    finite = [v for v in values if math.isfinite(v)]
-    mu, lo, hi = stat.mean, stat.ci_low, stat.ci_high
-    if not finite:
-        return Check(metric, mu, (lo, hi), math.nan, 0, 0.0, False, " (no finite value in the re-run)")
-    k = len(finite)
-    m = float(np.mean(finite))
-    d = m - mu
-    w = max(hi - mu, 0.0) if d > 0 else max(mu - lo, 0.0)
-    fpc = math.sqrt(max(n - k, 0) / (n - 1)) if n > 1 else 0.0
-    tol = Z * (w / 1.96) * math.sqrt(n / k) * fpc + atol(mu)
-    return Check(metric, mu, (lo, hi), m, k, tol, abs(d) <= tol)
+def check_statistic(metric: str, entry_rows: list[float], rerun_values: list[float]) -> Check:
+    """The rule of the module docstring for one statistic."""
+    x = np.asarray(entry_rows, dtype=np.float64)
+    mu = float(x.mean())
+    y = [v for v in rerun_values if math.isfinite(v)]
+    if len(y) < len(rerun_values) or not y:
+        return Check(metric, mu, math.nan, len(y), 0.0, False, " (a non-finite value in the re-run)")
+    s = float(x.std(ddof=1)) if x.size > 1 else 0.0
+    k = len(y)
+    m = float(np.mean(y))
+    tol = Z * s / math.sqrt(k) + atol(mu)
+    return Check(metric, mu, m, k, tol, abs(m - mu) <= tol)
 
 
-def rerun(entry: Entry, episodes: int = 8, seed: int = 0, attack: str | None = None,
-          allow_unofficial: bool = False, progress: bool = False) -> RunResult:
-    """Re-run ``entry``'s attack on ``episodes`` held-out episodes drawn at random with ``seed``.
+def check_fresh(metric: str, higher_is_better: bool, entry_rows: list[float], ids: tuple[str, ...],
+                fresh_values: list[float]) -> FreshCheck:
+    """The fresh-layout rule of the module docstring for one metric."""
+    x = np.asarray(entry_rows, dtype=np.float64)
+    mu = float(x.mean())
+    f = [v for v in fresh_values if math.isfinite(v)]
+    if not f or len(f) < len(fresh_values):
+        return FreshCheck(f"fresh:{metric}", mu, math.nan, len(f), 0.0, False, "n/a (a non-finite fresh value)")
+    layouts = len({i.split("-E")[0] for i in ids}) or len(ids)
+    s = float(x.std(ddof=1)) if x.size > 1 else 0.0
+    s_f = float(np.std(f, ddof=1)) if len(f) > 1 else 0.0
+    mean_f = float(np.mean(f))
+    drop = (mu - mean_f) if higher_is_better else (mean_f - mu)
+    tol = Z * math.sqrt(s**2 / layouts + s_f**2 / len(f)) + atol(mu)
+    return FreshCheck(f"fresh:{metric}", mu, mean_f, len(f), tol, drop <= tol, f"{drop:.3g}")
 
-    The defense's randomness uses the entry's own ``seed``. ``attack`` overrides how the attack is loaded
-    (``module:Class`` or ``path.py:Class``) when the entry's ``attack_ref`` does not resolve here.
+
+# --- before anything runs --------------------------------------------------------------------------------
+
+
+def admit(entry: Entry, allow_unofficial: bool = False, attack: str | None = None, folder: Path = Path(".")) -> None:
+    """Refuse an entry that is impossible, self-inconsistent, not on the official split, or whose code is not
+    the code ``attack`` names.
 
     Raises:
-        UnofficialDatasetError: the entry's dataset sha256 is not the official one (``allow_unofficial``
-            accepts a dataset the manifest records no checksum for, never one that differs from it), or the
-            re-run's dataset is not the entry's.
+        InvalidEntryError, UnofficialDatasetError, CodeBindingError: exit 2, nothing is run.
     """
-    from gradleak_bench.runner import EvaluateConfig, evaluate
-
-    check_official_dataset(entry.dataset, entry.dataset_sha256, allow_unofficial)
-    with tempfile.TemporaryDirectory(prefix="gradleak-verify-") as out:
-        result = evaluate(EvaluateConfig(
-            attack=attack or entry.load_ref, task=entry.task, victim=entry.victim, checkpoint=entry.checkpoint,
-            defense=entry.defense, split=entry.split, episodes=episodes, seed=entry.seed, sample_seed=seed,
-            attack_params=dict(entry.attack_params), defense_params=dict(entry.defense_params), out=out,
-            wandb="disabled", control=any(m.control is not None for m in entry.metrics.values()),
-        ), progress=progress)
-    if result.summary["dataset_sha256"] != entry.dataset_sha256:
-        raise UnofficialDatasetError(
-            f"the re-run's dataset {entry.dataset} has sha256 {result.summary['dataset_sha256'][:16]}..., the "
-            f"entry's dataset_sha256 is {entry.dataset_sha256[:16]}...: the entry was not computed on this dataset.")
-    return result
+    if found := checks.problems(entry):
+        raise InvalidEntryError("the entry is refused before any re-run: " + "; ".join(found))
+    reason = checks.official_problem(entry)
+    if reason is not None and not (allow_unofficial and "records no identity" in reason):
+        raise UnofficialDatasetError(f"the entry is not on the official held-out split: {reason}")
+    if attack is not None:
+        binding.same_code("attack", entry.attack_code, attack, folder)
 
 
-def compare(entry: Entry, result: RunResult) -> Verification:
-    """Check every metric of ``entry`` (its mean, control and leakage) against a re-run by the rule above."""
-    summary, rows = result.summary, result.rows
-    problems = [f"episode {r.episode_id} failed in the re-run: {r.error}" for r in rows if r.status != "ok"]
-    if summary["checkpoint_id"] != entry.checkpoint_id:
-        problems.append(f"checkpoint_id: re-run used {summary['checkpoint_id']!r}, entry says {entry.checkpoint_id!r}")
-    ok_rows = [r for r in rows if r.status == "ok"]
-    rerun_metrics = set(summary["metrics"])
-    for name in sorted(rerun_metrics - set(entry.metrics)):
-        problems.append(f"metric {name}: the attack reports it but the entry omits it")
-    for name in sorted(set(entry.metrics) - rerun_metrics):
-        problems.append(f"metric {name}: in the entry, but the re-run of the attack does not produce it")
-    checks = []
-    for name in sorted(set(entry.metrics) & rerun_metrics):
-        stat = entry.metrics[name]
-        values = [r.metrics.get(name, math.nan) for r in ok_rows]
-        checks.append(check_statistic(name, stat, stat.n, values))
-        controls = [r.control.get(name, math.nan) for r in ok_rows]
-        if stat.control is not None:
-            checks.append(check_statistic(f"{name}.control", stat.control, stat.n, controls))
-        if stat.leakage is not None:
-            checks.append(check_statistic(f"{name}.leakage", stat.leakage, stat.n,
-                                          [v - c for v, c in zip(values, controls)]))
-    return Verification(entry, tuple(r.episode_id for r in rows), tuple(checks), tuple(problems))
+# --- the re-run (sealed: plug-in code runs only in its own processes, never in the verifier's) ---------------
 
 
-def verify_entry(entry: Entry, episodes: int = 8, seed: int = 0, attack: str | None = None,
-                 allow_unofficial: bool = False, progress: bool = False) -> Verification:
-    """Re-run ``entry`` on a seeded random subset of ``episodes`` held-out episodes and compare every metric."""
-    return compare(entry, rerun(entry, episodes, seed, attack, allow_unofficial, progress))
+def _config(entry: Entry, folder: Path, tmp: Path, episodes: int | None, seed: int | None) -> Any:
+    from gradleak_bench.run.config import EvaluateConfig
+
+    private = tmp / "code"
+    private.mkdir(exist_ok=True)
+    return EvaluateConfig(
+        attack=binding.reference("attack", entry.attack_code, folder, private),
+        defense=binding.reference("defense", entry.defense_code, folder, private),
+        task=entry.task, victim=entry.victim, checkpoint=entry.checkpoint, split=entry.split,
+        episodes=episodes, seed=entry.seed, sample_seed=seed, dataset_seed=entry.dataset_seed,
+        attack_params=dict(entry.attack_params), defense_params=dict(entry.defense_params),
+        out=str(tmp / "run"), wandb="disabled", sealed=True,
+        control=any(m.control is not None for m in entry.metrics.values()),
+    )
+
+
+def rerun(entry: Entry, folder: Path, episodes: int = 8, seed: int = 0, progress: bool = False) -> Rerun:
+    """Re-run the entry's bound code, sealed, on ``episodes`` held-out episodes drawn at random with ``seed``."""
+    from gradleak_bench.run.evaluation import Scorer
+
+    with tempfile.TemporaryDirectory(prefix="gradleak-verify-") as tmp:
+        result = Scorer(_config(entry, folder, Path(tmp), episodes, seed)).evaluate(progress=progress, resume=False)
+    return rerun_from(result.summary, [r.flat() for r in result.rows], "the re-run")
+
+
+def fresh_rerun(entry: Entry, folder: Path, layouts: int, secret: int, progress: bool = False) -> Rerun:
+    """Score the entry's bound code on ``layouts`` fresh layouts drawn from the secret seed (one episode each)."""
+    from gradleak_bench.run.evaluation import Scorer
+    from gradleak_bench.run.fresh import FreshLayouts
+
+    with tempfile.TemporaryDirectory(prefix="gradleak-verify-fresh-") as tmp:
+        result = Scorer(_config(entry, folder, Path(tmp), None, None)).evaluate(
+            fresh_layouts=FreshLayouts(secret, layouts), progress=progress, resume=False)
+    return rerun_from(result.summary, [r.flat() for r in result.rows], "the fresh-layout run")
+
+
+def read_rerun(run: Path) -> Rerun:
+    """The re-run's numbers, read as data (JSON) from its run folder."""
+    from gradleak_bench.leaderboard.submit import read_results, read_rows
+
+    return rerun_from(read_results(run), read_rows(run), str(run))
+
+
+def rerun_from(summary: dict[str, Any], rows: list[dict[str, Any]], where: str) -> Rerun:
+    """A :class:`Rerun` from a run's summary and flat rows (``metric``, ``metric/control``,
+    ``metric/failed_frames``, ``metric/<reference>``)."""
+    metrics = summary.get("metrics")
+    if not isinstance(metrics, dict):
+        raise CorruptFileError(f"{where}: the re-run's results have no metrics")
+    ok = [r for r in rows if r.get("status") == "ok"]
+    failures = tuple(f"episode {r.get('episode_id')} failed in the re-run: {r.get('error', '')}"
+                     for r in rows if r.get("status") != "ok")
+
+    def column(key: str) -> list[float]:
+        return [float(r[key]) if isinstance(r.get(key), (int, float)) else math.nan for r in ok]
+
+    counts = {name: [r.get(f"{name}/failed_frames") for r in ok] for name in metrics}
+    references = {name: {ref: column(f"{name}/{ref}") for ref in (m.get("references") or {})}
+                  for name, m in metrics.items() if isinstance(m, dict)}
+    return Rerun(
+        ids=tuple(str(r.get("episode_id")) for r in ok),
+        values={name: column(name) for name in metrics},
+        controls={name: column(f"{name}/control") for name in metrics},
+        references=references, failures=failures,
+        failed_frames={k: v for k, v in counts.items() if all(isinstance(c, int) for c in v)},
+        dataset_identity=summary.get("dataset_identity"), checkpoint_id=str(summary.get("checkpoint_id")),
+        metrics=frozenset(metrics),
+    )
+
+
+# --- the comparison -----------------------------------------------------------------------------------------
+
+
+def compare(entry: Entry, result: Rerun) -> Verification:
+    """Check every statistic of ``entry`` against the re-run by the rule of the module docstring."""
+    problems = list(result.failures)
+    if result.checkpoint_id != entry.checkpoint_id:
+        problems.append(f"checkpoint_id: re-run used {result.checkpoint_id!r}, entry says {entry.checkpoint_id!r}")
+    if result.dataset_identity != entry.dataset_identity:
+        problems.append(f"dataset_identity: the re-run's dataset is {str(result.dataset_identity)[:16]}..., the "
+                        f"entry's {entry.dataset_identity[:16]}...: the entry was not computed on this dataset")
+    problems += [f"metric {n}: the attack reports it but the entry omits it"
+                 for n in sorted(result.metrics - set(entry.metrics))]
+    problems += [f"metric {n}: in the entry, but the re-run of the attack does not produce it"
+                 for n in sorted(set(entry.metrics) - result.metrics)]
+    rows, found = entry.episodes, []
+    for name in sorted(set(entry.metrics) & result.metrics):
+        m = entry.metrics[name]
+        found.append(check_statistic(name, rows.values[name], result.values[name]))
+        controls = rows.controls.get(name)
+        if controls is not None:
+            found.append(check_statistic(f"{name}.control", controls, result.controls[name]))
+            baseline = checks.leakage_baseline(m, controls, rows.references.get(name, {}))
+            found.append(check_statistic(
+                f"{name}.leakage", [v - b for v, b in zip(rows.values[name], baseline)],
+                [v - c for v, c in zip(result.values[name], result.controls[name])]))
+        entry_refs, rerun_refs = rows.references.get(name, {}), result.references.get(name, {})
+        for ref, ref_rows in sorted(entry_refs.items()):
+            if ref in rerun_refs:
+                found.append(check_statistic(f"{name}.references.{ref}", ref_rows, rerun_refs[ref]))
+        best, prior_rows = checks.best_prior_rows(m, entry_refs)
+        if best is not None and best in rerun_refs:
+            found.append(check_statistic(
+                f"{name}.prior_leakage", [v - p for v, p in zip(rows.values[name], prior_rows)],
+                [v - p for v, p in zip(result.values[name], rerun_refs[best])]))
+        found += _failed_frames(name, m.failed_frames, rows.failed_frames.get(name), result, problems)
+    return Verification(entry, result.ids, tuple(found), tuple(problems))
+
+
+def _failed_frames(name: str, total: int, per_episode: list[int] | None, result: Rerun,
+                   problems: list[str]) -> list[Check]:
+    rerun_counts = result.failed_frames.get(name)
+    if rerun_counts is None:
+        return []
+    if per_episode is not None:
+        return [check_statistic(f"{name}.failed_frames", [float(c) for c in per_episode],
+                                [float(c) for c in rerun_counts])]
+    if total == 0 and sum(rerun_counts) > 0:
+        problems.append(f"{name}.failed_frames: the entry reports none, the re-run failed {sum(rerun_counts)} frames")
+    return []
+
+
+# --- the whole command ------------------------------------------------------------------------------------
+
+
+FRESH_LAYOUTS = 8
+"""Fresh layouts scored by default (one episode each)."""
+
+
+def verify_entry(entry: Entry, folder: Path, episodes: int = 8, seed: int = 0, attack: str | None = None,
+                 allow_unofficial: bool = False, progress: bool = False,
+                 fresh_layouts: int = FRESH_LAYOUTS) -> Verification:
+    """Admit ``entry``, re-run it on a seeded random subset of ``episodes`` held-out episodes and compare; then
+    score it on ``fresh_layouts`` layouts drawn from a secret seed (0: skip) and flag a drop."""
+    admit(entry, allow_unofficial, attack, folder)
+    verdict = compare(entry, rerun(entry, folder, episodes, seed, progress))
+    if fresh_layouts <= 0:
+        return verdict
+    secret = int.from_bytes(os.urandom(8), "little") >> 1  # drawn now: it did not exist when the attack was written
+    fresh = fresh_rerun(entry, folder, fresh_layouts, secret, progress)
+    checks_ = tuple(check_fresh(name, entry.metrics[name].higher_is_better, entry.episodes.values[name],
+                                entry.episodes.ids, fresh.values[name])
+                    for name in sorted(set(entry.metrics) & fresh.metrics))
+    problems = verdict.problems + tuple(f"fresh layouts: {p}" for p in fresh.failures)
+    note = (f"fresh layouts: {len(fresh.ids)} layouts from secret seed {secret} (drawn at verify time, "
+            "published only now)")
+    return dataclasses.replace(verdict, fresh=checks_, fresh_seed=secret, problems=problems, notes=(note,))
 
 
 def verify_file(path: str | Path, **kwargs) -> Verification:
     from gradleak_bench.leaderboard.schema import load_entry
 
-    return verify_entry(load_entry(Path(path)), **kwargs)
+    path = Path(path)
+    return verify_entry(load_entry(path), path.parent, **kwargs)
