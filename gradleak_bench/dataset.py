@@ -40,6 +40,29 @@ from gradleak_bench.victims.targets import loss_targets, stack_obs
 
 FORMAT = "gradleak-bench-episodes/2"  # /2: the split identity is stored beside the content sha256
 
+FIRST8 = "first8"
+TRACE_WINDOWS = "trace-windows"
+PROTOCOLS = (FIRST8, TRACE_WINDOWS)
+"""The data protocols (docs/tasks.md, "Data protocols"), for a stored sequence of ``sequence_length`` steps:
+
+* ``first8`` (the default): the first ``sequence_length`` steps after reset; PPO/A2C advantages are GAE over
+  those steps, bootstrapped with the value of the next state, and normalised over them (SB3's unbiased std).
+* ``trace-windows`` (the public TRACE code's data): every episode runs to its end (the task's episode limit);
+  GAE and the advantage normalisation (population std) are computed over the whole episode; the stored window
+  is ``sequence_length`` steps starting at a multiple of ``sequence_length`` (TRACE's non-overlapping
+  evaluation windows), chosen by :func:`window_start` from the episode seed.
+
+In both, a REINFORCE victim's return is the Monte-Carlo return to the end of the whole episode, so its episode
+also runs to its end; and an episode that ends before ``sequence_length`` steps is stored whole (shorter)."""
+
+
+def check_protocol(protocol: str) -> str:
+    if protocol not in PROTOCOLS:
+        from gradleak_bench.errors import UnknownNameError
+
+        raise UnknownNameError("data protocol", protocol, PROTOCOLS)
+    return protocol
+
 
 @dataclass(frozen=True)
 class DatasetConfig:
@@ -53,14 +76,20 @@ class DatasetConfig:
     sequence_length: int = 8
     seed: int = 0
     manifest: str = splits.MANIFEST_VERSION
+    protocol: str = FIRST8
 
     @property
     def key(self) -> str:
+        # The default protocol is not in the key, so every first-8 key, record and leaderboard entry stays valid.
+        protocol = "" if self.protocol == FIRST8 else f"-{self.protocol}"
         return (f"{self.task}-{self.victim}-{self.checkpoint}-{self.split}-e{self.episodes_per_layout}"
-                f"-t{self.sequence_length}-s{self.seed}-{self.manifest}")
+                f"-t{self.sequence_length}-s{self.seed}{protocol}-{self.manifest}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.protocol == FIRST8:  # as the key: first-8 configs hash (identity header, sha256) as before
+            del out["protocol"]
+        return out
 
 
 FULL_SUFFIX = "-full"
@@ -76,9 +105,11 @@ def full_episode_length(task: str) -> int:
 
 
 def standard_config(task: str, victim: str | None = None, checkpoint: str = "init", split: str = "test",
-                    episodes_per_layout: int | None = None, seed: int = 0) -> DatasetConfig:
+                    episodes_per_layout: int | None = None, seed: int = 0,
+                    protocol: str | None = None) -> DatasetConfig:
     """The standard dataset of a split; ``split`` may carry :data:`FULL_SUFFIX` (``test-full``): the same
-    layouts, episode seeds and episodes per layout, run to the task's episode limit."""
+    layouts, episode seeds and episodes per layout, run to the task's episode limit. ``protocol``: one of
+    :data:`PROTOCOLS` (None: ``first8``)."""
     spec = get_task(task)
     full = split.endswith(FULL_SUFFIX)
     return DatasetConfig(
@@ -86,6 +117,7 @@ def standard_config(task: str, victim: str | None = None, checkpoint: str = "ini
         split=split[: -len(FULL_SUFFIX)] if full else split,
         episodes_per_layout=spec.episodes_per_layout if episodes_per_layout is None else episodes_per_layout,
         sequence_length=full_episode_length(spec.name) if full else spec.sequence_length, seed=seed,
+        protocol=check_protocol(protocol or FIRST8),
     )
 
 
@@ -94,20 +126,79 @@ def episode_seed(seed: int, layout_id: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, layout_id, index]).generate_state(1)[0])
 
 
-def generate_episode(env: gym.Env, victim: LoadedVictim, layout_id: int, seed: int, length: int,
-                     episode_id: str, actions: tuple[int, ...] | None = None) -> Episode:
-    """One episode of at most ``length`` steps of the victim acting in ``layout_id``.
+@dataclass(frozen=True)
+class WindowedEpisode(Episode):
+    """The stored window of a longer episode: ``steps`` hold the window, whose targets were computed over the
+    whole episode (:data:`PROTOCOLS`). ``episode_actions`` are every executed action of the episode (what an
+    official split records and replays, so the part beyond the window is exact too); ``window_start`` is the
+    window's first step."""
 
-    ``actions``: the executed actions to replay (an official split's record) instead of sampling them from
-    the policy, so another CPU whose policy rounds differently still runs the same episode. The episode ends
-    where the recorded one ended, or earlier if the environment ends it (a difference reported later)."""
+    window_start: int = 0
+    episode_actions: tuple[int, ...] = ()
+
+
+def episode_horizon(task: str, algo: str, length: int, protocol: str = FIRST8) -> int:
+    """How many steps an episode runs before its window is cut: ``length`` for first-8 PPO/A2C/DQN, the
+    task's episode limit where the targets need the whole episode (``trace-windows``; REINFORCE always)."""
+    if check_protocol(protocol) == FIRST8 and algo != "reinforce":
+        return length
+    return max(length, full_episode_length(task))
+
+
+_WINDOW_TAG = 0x77696E64  # "wind": the window draw's own stream, apart from the policy's (seeded by the seed)
+
+
+def window_start(seed: int, episode_length: int, length: int, protocol: str = FIRST8) -> int:
+    """The first step of the stored window of an ``episode_length``-step episode with seed ``seed``: 0 under
+    ``first8`` or when the episode has no more than ``length`` steps; under ``trace-windows`` one of the complete
+    non-overlapping windows ``0, length, 2*length, ...`` (TRACE's evaluation windows, stride = length), drawn
+    uniformly with a generator seeded by (seed, a fixed tag): the same on every machine."""
+    if check_protocol(protocol) == FIRST8 or episode_length <= length:
+        return 0
+    windows = (episode_length - length) // length + 1
+    rng = np.random.default_rng(np.random.SeedSequence([seed, _WINDOW_TAG]))
+    return int(rng.integers(windows)) * length
+
+
+def generate_episode(env: gym.Env, victim: LoadedVictim, layout_id: int, seed: int, length: int,
+                     episode_id: str, actions: tuple[int, ...] | None = None,
+                     protocol: str = FIRST8) -> Episode:
+    """The stored ``length``-step window of one episode of the victim acting in ``layout_id``.
+
+    The episode runs for :func:`episode_horizon` steps (or until the environment ends it); the loss targets
+    are computed over all of them, then the window starting at :func:`window_start` is kept. When the episode
+    ran past the window the result is a :class:`WindowedEpisode` carrying every executed action.
+
+    ``actions``: every executed action of the episode to replay (an official split's record) instead of
+    sampling them from the policy, so another CPU whose policy rounds differently still runs the same episode.
+    The episode ends where the recorded one ended, or earlier if the environment ends it (a difference
+    reported later)."""
+    task = get_task(victim.spec.task)
+    horizon = episode_horizon(task.name, victim.spec.algo, length, protocol)
+    steps, observations, executed, rewards, terminated, obs = _run(env, victim, layout_id, seed, horizon, actions)
+    arrays = {k: np.stack([s[k] for s in steps]) for k in steps[0]}
+    arrays["action"] = np.asarray(executed, dtype=np.int64)
+    arrays["reward"] = np.asarray(rewards, dtype=np.float32)
+    arrays.update(loss_targets(victim.policy, victim.spec.loss, stack_obs(observations), arrays["action"],
+                               arrays["reward"], terminated, obs, population_std=protocol == TRACE_WINDOWS))
+    start = window_start(seed, len(executed), length, protocol)
+    if start == 0 and len(executed) <= length:
+        return Episode(episode_id=episode_id, task=task.name, layout_id=layout_id, seed=seed, steps=arrays)
+    window = {k: np.ascontiguousarray(v[start:start + length]) for k, v in arrays.items()}
+    return WindowedEpisode(episode_id=episode_id, task=task.name, layout_id=layout_id, seed=seed, steps=window,
+                           window_start=start, episode_actions=tuple(int(a) for a in executed))
+
+
+def _run(env: gym.Env, victim: LoadedVictim, layout_id: int, seed: int, horizon: int,
+         actions: tuple[int, ...] | None) -> tuple[list, list, list, list, bool, Any]:
+    """Step the episode: (per-step truth, observations, executed actions, rewards, terminated, last obs)."""
     task = get_task(victim.spec.task)
     actor = PolicyActor(victim.policy, victim.spec.algo, victim.spec.exploration_eps)
     rng = np.random.default_rng(seed)
     obs, info = env.reset(seed=seed, options={"layout_id": layout_id})
     steps, observations, executed, rewards = [], [], [], []
     terminated = False
-    for t in range(length if actions is None else min(length, len(actions))):
+    for t in range(horizon if actions is None else min(horizon, len(actions))):
         steps.append(step_truth(task.obs_fields, task.info_fields, obs, info))
         observations.append(obs)
         action = actor.act(obs, rng) if actions is None else int(actions[t])
@@ -116,12 +207,7 @@ def generate_episode(env: gym.Env, victim: LoadedVictim, layout_id: int, seed: i
         rewards.append(reward)
         if terminated or truncated:
             break
-    arrays = {k: np.stack([s[k] for s in steps]) for k in steps[0]}
-    arrays["action"] = np.asarray(executed, dtype=np.int64)
-    arrays["reward"] = np.asarray(rewards, dtype=np.float32)
-    arrays.update(loss_targets(victim.policy, victim.spec.loss, stack_obs(observations), arrays["action"],
-                               arrays["reward"], bool(terminated), obs))
-    return Episode(episode_id=episode_id, task=task.name, layout_id=layout_id, seed=seed, steps=arrays)
+    return steps, observations, executed, rewards, bool(terminated), obs
 
 
 def plan(config: DatasetConfig) -> list[tuple[str, int, int]]:
@@ -195,7 +281,7 @@ class LayoutWorker:
         victim, env = self._state
         with single_thread():
             return [generate_episode(env.unwrapped, victim, layout, seed, self.config.sequence_length, episode_id,
-                                     actions)
+                                     actions, self.config.protocol)
                     for episode_id, layout, seed, actions in unit]
 
     def close(self) -> None:
@@ -253,6 +339,9 @@ def write(path: Path, config: DatasetConfig, episodes: Iterable[Episode]) -> str
                 records.append(split_identity.episode_record(ep))
                 g = group.create_group(ep.episode_id)
                 g.attrs["layout_id"], g.attrs["seed"], g.attrs["task"] = ep.layout_id, ep.seed, ep.task
+                if isinstance(ep, WindowedEpisode):
+                    g.attrs["window_start"] = ep.window_start
+                    g.attrs["episode_actions"] = np.asarray(ep.episode_actions, dtype=np.int64)
                 for name, arr in ep.steps.items():
                     g.create_dataset(name, data=arr, compression="gzip" if arr.ndim >= 3 else None,
                                      track_times=False)
@@ -307,6 +396,8 @@ class _StreamingDigest:
             return False
         self._last = ep.episode_id
         self._digest.update(f"{ep.episode_id}|{ep.layout_id}|{ep.seed}".encode())
+        if isinstance(ep, WindowedEpisode):
+            self._digest.update(f"|window {ep.window_start}|{list(ep.episode_actions)}".encode())
         for name in sorted(ep.steps):
             arr = np.ascontiguousarray(ep.steps[name])
             self._digest.update(f"|{name}|{arr.dtype.str}|{arr.shape}|".encode())
@@ -391,8 +482,12 @@ class _reading:
 
 def _read_episode(group: h5py.Group, episode_id: str) -> Episode:
     steps = {name: group[name][()] for name in group}
-    return Episode(episode_id=episode_id, task=str(group.attrs["task"]), layout_id=int(group.attrs["layout_id"]),
-                   seed=int(group.attrs["seed"]), steps=steps)
+    common = dict(episode_id=episode_id, task=str(group.attrs["task"]), layout_id=int(group.attrs["layout_id"]),
+                  seed=int(group.attrs["seed"]), steps=steps)
+    if "episode_actions" in group.attrs:
+        return WindowedEpisode(**common, window_start=int(group.attrs["window_start"]),
+                               episode_actions=tuple(int(a) for a in group.attrs["episode_actions"]))
+    return Episode(**common)
 
 
 class _OlderFormat(CorruptFileError):

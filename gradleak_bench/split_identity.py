@@ -100,11 +100,16 @@ class EpisodeRecord:
     fields: dict[str, tuple[str, tuple[int, ...]]]       # name -> (dtype, shape): exact
     sketches: dict[str, tuple[list[float], float]]       # name -> (projections, RMS): within tolerance
     digests: dict[str, str]                              # name -> sha256 of the bytes: bit-identical or not
+    # A stored window cut from a longer episode (dataset protocols, REINFORCE's whole-episode returns):
+    # ``actions`` are every executed action of the episode and ``start`` is the window's first step. Both are
+    # exact; 0 (a window from reset) is left out of the hash so older records keep their identity.
+    start: int = 0
 
     def exact(self) -> dict[str, Any]:
-        return {"id": self.episode_id, "layout_id": self.layout_id, "seed": self.seed, "length": self.length,
-                "actions": list(self.actions),
-                "fields": {k: [d, list(s)] for k, (d, s) in sorted(self.fields.items())}}
+        out = {"id": self.episode_id, "layout_id": self.layout_id, "seed": self.seed, "length": self.length,
+               "actions": list(self.actions),
+               "fields": {k: [d, list(s)] for k, (d, s) in sorted(self.fields.items())}}
+        return dict(out, start=self.start) if self.start else out
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.exact(), actions="".join(_action_chars(self.actions)),
@@ -119,7 +124,7 @@ class EpisodeRecord:
                    actions=tuple(_parse_actions(data["actions"])),
                    fields={k: (str(d), tuple(int(x) for x in s)) for k, (d, s) in data["fields"].items()},
                    sketches={k: ([float(v) for v in s["z"]], float(s["rms"])) for k, s in data["sketches"].items()},
-                   digests={k: str(v) for k, v in data["digests"].items()})
+                   digests={k: str(v) for k, v in data["digests"].items()}, start=int(data.get("start", 0)))
 
 
 _ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -140,6 +145,7 @@ def _parse_actions(text: str) -> list[int]:
 
 def episode_record(episode: Episode) -> EpisodeRecord:
     steps = episode.steps
+    whole = getattr(episode, "episode_actions", None)  # a window of a longer episode: all its actions
     sketches, digests = {}, {}
     for name in sorted(steps):
         if name in EXACT_FIELDS:
@@ -149,9 +155,9 @@ def episode_record(episode: Episode) -> EpisodeRecord:
     return EpisodeRecord(
         episode_id=episode.episode_id, layout_id=int(episode.layout_id), seed=int(episode.seed),
         length=int(episode.length),
-        actions=tuple(int(a) for a in np.asarray(steps["action"]).ravel()),
+        actions=tuple(int(a) for a in np.asarray(steps["action"] if whole is None else whole).ravel()),
         fields={k: (np.asarray(v).dtype.str, tuple(np.asarray(v).shape)) for k, v in steps.items()},
-        sketches=sketches, digests=digests,
+        sketches=sketches, digests=digests, start=int(getattr(episode, "window_start", 0)),
     )
 
 
@@ -181,7 +187,7 @@ def compare(recorded: EpisodeRecord, actual: EpisodeRecord) -> tuple[list[Differ
     """(the differences of ``actual`` from ``recorded``, whether every field is also bit-identical)."""
     e = recorded.episode_id
     diffs: list[Difference] = []
-    for name in ("layout_id", "seed", "length"):
+    for name in ("layout_id", "seed", "length", "start"):
         want, got = getattr(recorded, name), getattr(actual, name)
         if want != got:
             diffs.append(Difference(e, name, f"recorded {want}, generated {got}", True))

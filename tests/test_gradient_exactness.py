@@ -474,7 +474,10 @@ def test_reinforce_is_a_working_sb3_algorithm(tmp_path) -> None:
     env = _TinyEnv(OBS_SPACES["mlp"]())
     with pytest.raises(ValueError, match="gae_lambda"):
         Reinforce("MlpPolicy", env, gae_lambda=0.95)
-    model = Reinforce("MlpPolicy", env, n_steps=4, seed=0, device="cpu", policy_kwargs=dict(net_arch=[8]))
+    # REINFORCE's returns need episodes that end (Monte-Carlo, no bootstrap): 3-step episodes. The env's
+    # rewards are 0, so G = 0 and the entropy term is what moves the policy.
+    model = Reinforce("MlpPolicy", gym.wrappers.TimeLimit(env, max_episode_steps=3), n_steps=4, seed=0,
+                      ent_coef=0.01, device="cpu", policy_kwargs=dict(net_arch=[8]))
     value_before = model.policy.value_net.weight.detach().clone()
     action_before = model.policy.action_net.weight.detach().clone()
     model.learn(total_timesteps=8)

@@ -7,7 +7,11 @@
    and checkpoint available, and records its identity in ``envs/splits/v0.json`` under ``datasets`` and its
    episodes (executed actions, float fingerprints) in ``envs/splits/v0/<key>.json`` (docs/tasks.md).
 
+3. ``--protocol trace-windows`` records the datasets of that data protocol (docs/tasks.md, "Data protocols")
+   for the victims named with ``--victim`` (default: every victim of the tasks asked).
+
 Run: python tools/publish_zoo.py [--skip-checkpoints] [--split test-full --task PointNav] [--resample]
+     [--protocol trace-windows --task PointNav --victim ppo --victim a2c]
 """
 from __future__ import annotations
 
@@ -42,9 +46,11 @@ def publish_checkpoints() -> None:
             print(f"published {spec.key} init (no trained checkpoint in {source})")
 
 
-def record_splits(split: str = "test", tasks: tuple[str, ...] | None = None, resample: bool = False) -> None:
-    """Record the official datasets of ``split`` (``test`` or ``test-full``) for every victim of ``tasks``
-    (default: all): the identity in ``envs/splits/v0.json`` and the episode record (executed actions, float
+def record_splits(split: str = "test", tasks: tuple[str, ...] | None = None, resample: bool = False,
+                  protocol: str = datasets.FIRST8, victims: tuple[str, ...] | None = None) -> None:
+    """Record the official datasets of ``split`` (``test`` or ``test-full``) and data ``protocol`` for every
+    victim of ``tasks`` (default: all) named in ``victims`` (default: all): the identity in
+    ``envs/splits/v0.json`` and the episode record (executed actions of the whole episode, window start, float
     fingerprints) in ``envs/splits/v0/<key>.json``. A split already recorded replays its actions unless
     ``resample`` (a new split: actions sampled from the policy on this machine)."""
     manifest_file = Path(splits.manifest_path())
@@ -54,12 +60,12 @@ def record_splits(split: str = "test", tasks: tuple[str, ...] | None = None, res
     records_dir.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for spec in VICTIMS.values():
-            if tasks and spec.task not in tasks:
+            if (tasks and spec.task not in tasks) or (victims and spec.name not in victims):
                 continue
             for checkpoint in ("init", "trained"):
                 if checkpoint == "trained" and not (packaged_dir(spec) / "trained.safetensors").is_file():
                     continue
-                config = datasets.standard_config(spec.task, spec.name, checkpoint, split)
+                config = datasets.standard_config(spec.task, spec.name, checkpoint, split, protocol=protocol)
                 path = Path(tmp) / f"{config.key}.h5"
                 datasets.write(path, config, datasets.iter_generate(config, progress=True, replay=not resample))
                 ds = datasets.open_dataset(path)
@@ -93,12 +99,15 @@ def main() -> None:
     parser.add_argument("--task", action="append", help="only this task's victims (repeatable)")
     parser.add_argument("--resample", action="store_true",
                         help="sample the actions anew instead of replaying a recorded split (a new split)")
+    parser.add_argument("--protocol", default=datasets.FIRST8, choices=datasets.PROTOCOLS,
+                        help="data protocol of the datasets recorded (docs/tasks.md, 'Data protocols')")
+    parser.add_argument("--victim", action="append", help="only this victim (repeatable)")
     args = parser.parse_args()
     if not args.skip_checkpoints:
         publish_checkpoints()
     splits.manifest.cache_clear()
     splits.split_record.cache_clear()
-    record_splits(args.split, tuple(args.task or ()), args.resample)
+    record_splits(args.split, tuple(args.task or ()), args.resample, args.protocol, tuple(args.victim or ()))
 
 
 if __name__ == "__main__":

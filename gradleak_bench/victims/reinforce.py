@@ -1,25 +1,40 @@
 """REINFORCE on an SB3 actor-critic policy (SB3 has none), as the RGI victim uses it.
 
 :class:`Reinforce` is an :class:`~stable_baselines3.A2C` whose update weights the log-probability by the
-Monte-Carlo return instead of the advantage and trains no value function. Everything else (rollouts,
-``learn``, ``save``/``load``, the optimiser step) is A2C's, so the engine in
-:mod:`gradleak_bench.stream.per_sample` and the exactness tests drive it like any SB3 algorithm.
+Monte-Carlo return of the whole episode instead of the advantage and trains no value function. Its rollouts
+hold finished episodes only (a step waits until its episode ends), so no return is ever bootstrapped from the
+value head it never trains -- the same return :func:`gradleak_bench.victims.targets.loss_targets` gives the
+held-out episodes. Everything else (``learn``, ``save``/``load``, the optimiser step, the rollout buffer
+``train`` reads) is A2C's, so the engine in :mod:`gradleak_bench.stream.per_sample` and the exactness tests
+drive it like any SB3 algorithm.
 """
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3 import A2C
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.utils import obs_as_tensor
+from stable_baselines3.common.vec_env import VecEnv
+
+from gradleak_bench.victims.targets import discounted_returns
+
+MAX_EPISODE_STEPS = 10_000  # a running episode is held in memory until it ends
 
 
 class Reinforce(A2C):
     """REINFORCE: ``loss = -(G * log pi(a|s)).mean() - ent_coef * H(pi(.|s)).mean()``.
 
-    ``G`` is the rollout buffer's return computed with ``gae_lambda=1`` (the discounted Monte-Carlo
-    return, bootstrapped with the value head only where a rollout cuts an episode). There is no value
-    loss, so ``vf_coef`` is ignored and the value head receives no gradient.
+    ``G_t`` is the discounted sum of the episode's rewards from step ``t`` to its end (termination or the
+    time limit; SB3's time-limit bootstrap is not applied). A rollout is ``n_steps * n_envs`` steps of
+    finished episodes in the order they finished; the steps of a finished episode beyond that wait for the
+    next rollout, so an episode sampled across an update was partly sampled by the previous weights (the
+    loss recomputes the log-probabilities with the current ones). There is no value loss, so ``vf_coef`` is
+    ignored and the value head receives no gradient.
 
     Args:
         *args: As :class:`~stable_baselines3.A2C`.
@@ -31,6 +46,74 @@ class Reinforce(A2C):
         if gae_lambda != 1.0:
             raise ValueError(f"Reinforce uses Monte-Carlo returns: gae_lambda must be 1, got {gae_lambda}.")
         super().__init__(*args, gae_lambda=1.0, **kwargs)
+        self._running: list[list[tuple[Any, ...]]] | None = None  # per env: the steps of its current episode
+        self._finished: list[tuple[Any, ...]] = []                 # steps of finished episodes, with G
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_running", "_finished"]
+
+    def _setup_learn(self, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self, "_running", None) is None:
+            # A fresh or loaded model has no record of its envs' running episodes: start them anew, so no
+            # episode's return misses its first steps.
+            self._last_obs = None
+        out = super()._setup_learn(*args, **kwargs)
+        if getattr(self, "_running", None) is None or bool(np.all(self._last_episode_starts)):
+            self._running, self._finished = [[] for _ in range(self.env.num_envs)], []
+        return out
+
+    def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer,
+                         n_rollout_steps: int) -> bool:
+        """Step the envs until ``n_rollout_steps * n_envs`` steps of finished episodes are waiting, then put
+        them in ``rollout_buffer`` with their Monte-Carlo returns."""
+        assert self._last_obs is not None and self._running is not None
+        self.policy.set_training_mode(False)
+        rollout_buffer.reset()
+        callback.on_rollout_start()
+        needed = n_rollout_steps * env.num_envs
+        while len(self._finished) < needed:
+            with th.no_grad():
+                actions, values, log_probs = self.policy(obs_as_tensor(self._last_obs, self.device))
+            actions = actions.cpu().numpy()
+            new_obs, rewards, dones, infos = env.step(actions)
+            self.num_timesteps += env.num_envs
+            callback.update_locals(locals())
+            if not callback.on_step():
+                return False
+            self._update_info_buffer(infos, dones)
+            for i in range(env.num_envs):
+                obs_i = ({k: v[i] for k, v in self._last_obs.items()} if isinstance(self._last_obs, dict)
+                         else self._last_obs[i])
+                self._running[i].append((obs_i, actions[i], float(rewards[i]), bool(self._last_episode_starts[i]),
+                                         float(values[i]), float(log_probs[i])))
+                if len(self._running[i]) > MAX_EPISODE_STEPS:
+                    raise ValueError(f"Reinforce needs episodes that end: env {i} has run {MAX_EPISODE_STEPS} steps "
+                                     "without one. Wrap the environment in gymnasium.wrappers.TimeLimit.")
+                if dones[i]:
+                    episode, self._running[i] = self._running[i], []
+                    returns = discounted_returns(np.array([s[2] for s in episode], np.float32), self.gamma)
+                    self._finished.extend((*step, float(g)) for step, g in zip(episode, returns))
+            self._last_obs, self._last_episode_starts = new_obs, dones
+        batch, self._finished = self._finished[:needed], self._finished[needed:]
+        self._fill(rollout_buffer, batch, n_rollout_steps, env.num_envs)
+        callback.update_locals(locals())
+        callback.on_rollout_end()
+        return True
+
+    def _fill(self, buffer: RolloutBuffer, batch: list[tuple[Any, ...]], n_steps: int, n_envs: int) -> None:
+        """Row ``step`` of the buffer holds batch items ``env * n_steps + step``, so the buffer's own
+        flattening (env-major) gives the batch back in order, episode after episode."""
+        for step in range(n_steps):
+            items = [batch[env * n_steps + step] for env in range(n_envs)]
+            first = items[0][0]
+            obs = ({k: np.stack([it[0][k] for it in items]) for k in first} if isinstance(first, dict)
+                   else np.stack([it[0] for it in items]))
+            buffer.add(obs, np.stack([it[1] for it in items]), np.array([it[2] for it in items], np.float32),
+                       np.array([it[3] for it in items], np.float32), th.tensor([it[4] for it in items]),
+                       th.tensor([it[5] for it in items]))
+        returns = np.array([it[6] for it in batch], np.float32).reshape(n_envs, n_steps).T
+        buffer.returns[:] = returns
+        buffer.advantages[:] = returns - buffer.values  # unused by train(): kept consistent for callbacks
 
     def train(self) -> None:
         """One gradient step over the whole rollout buffer, with A2C's step structure."""

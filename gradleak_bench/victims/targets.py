@@ -1,9 +1,12 @@
 """The loss targets of an episode, computed by the victim at its capture checkpoint.
 
-These are the numbers SB3's training code would feed the loss for these steps: GAE advantages and returns
-(PPO, A2C), Monte-Carlo returns (REINFORCE), TD targets (DQN), plus the victim's values, log-probs and
-entropies. They are truth fields: stored with the episode, used to recompute its gradients, scored when an
-attack reconstructs them.
+These are the numbers the victim's training code feeds the loss for these steps: GAE advantages and returns
+(PPO, A2C), Monte-Carlo returns over the whole episode (REINFORCE: no bootstrap from a value head it never
+trains), TD targets (DQN), plus the victim's values, log-probs and entropies. They are truth fields: stored
+with the episode, used to recompute its gradients, scored when an attack reconstructs them.
+
+The episode given here is the span the targets are computed over; which span that is (the stored window alone,
+or the whole episode the window is cut from) is the data protocol's choice (:mod:`gradleak_bench.dataset`).
 """
 from __future__ import annotations
 
@@ -46,10 +49,25 @@ def gae(rewards: np.ndarray, values: np.ndarray, last_value: float, terminated: 
     return advantages
 
 
+def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
+    """``G_t = sum_k gamma^k r_{t+k}`` to the end of ``rewards``: REINFORCE's Monte-Carlo return (float64 sum)."""
+    out = np.zeros(len(rewards), dtype=np.float64)
+    running = 0.0
+    for t in reversed(range(len(rewards))):
+        running = float(rewards[t]) + gamma * running
+        out[t] = running
+    return out.astype(np.float32)
+
+
 @torch.no_grad()
 def loss_targets(policy: BasePolicy, loss: LossSpec, observations: Any, actions: np.ndarray,
-                 rewards: np.ndarray, terminated: bool, last_observation: Any) -> dict[str, np.ndarray]:
-    """Targets and victim outputs for one episode of ``T`` steps; arrays of shape ``(T,)`` float32."""
+                 rewards: np.ndarray, terminated: bool, last_observation: Any,
+                 population_std: bool = False) -> dict[str, np.ndarray]:
+    """Targets and victim outputs for one episode of ``T`` steps; arrays of shape ``(T,)`` float32.
+
+    REINFORCE's return is the discounted sum of ``rewards`` to their end, whether the episode terminated or
+    was cut: pass the whole episode. ``population_std``: normalise advantages by the population std (as the
+    public TRACE code does) instead of SB3's unbiased one."""
     obs = obs_tensor(policy, observations)
     last = obs_tensor(policy, stack_obs([last_observation]))
     act = torch.as_tensor(actions, dtype=torch.long)
@@ -65,29 +83,30 @@ def loss_targets(policy: BasePolicy, loss: LossSpec, observations: Any, actions:
         }
     values, log_prob, entropy = policy.evaluate_actions(obs, act)
     values = values.flatten().numpy()
-    last_value = float(policy.predict_values(last).flatten()[0])
-    lam = 1.0 if loss.algo == "reinforce" else loss.gae_lambda
-    advantages = gae(rewards, values, last_value, terminated, loss.gamma, lam)
-    returns = (advantages + values).astype(np.float32)
     out = {
         "value": values.astype(np.float32),
         "log_prob": log_prob.numpy().astype(np.float32),
         "entropy": entropy.numpy().astype(np.float32),
-        "return": returns,
     }
-    if loss.algo != "reinforce":
-        out["advantage"] = normalise(advantages, loss.advantage_normalization)
+    if loss.algo == "reinforce":
+        out["return"] = discounted_returns(rewards, loss.gamma)
+        return out
+    last_value = float(policy.predict_values(last).flatten()[0])
+    advantages = gae(rewards, values, last_value, terminated, loss.gamma, loss.gae_lambda)
+    out["return"] = (advantages + values).astype(np.float32)
+    out["advantage"] = normalise(advantages, loss.advantage_normalization, population_std)
     return out
 
 
-def normalise(advantages: np.ndarray, mode: str) -> np.ndarray:
-    """Per-episode standardisation (as the public TRACE code), with SB3's epsilon and unbiased std."""
+def normalise(advantages: np.ndarray, mode: str, population_std: bool = False) -> np.ndarray:
+    """Per-episode standardisation ``(A - mean) / (std + 1e-8)`` over the span given, with SB3's unbiased std,
+    or the population std (``ddof=0``, as the public TRACE code's ``np.std``) when ``population_std``."""
     if mode == "none" or len(advantages) < 2:
         return advantages.astype(np.float32)
     if mode != "episode":
         raise ValueError(f"unknown advantage normalisation {mode!r}: use 'none' or 'episode'")
     adv = torch.as_tensor(advantages)
-    return ((adv - adv.mean()) / (adv.std() + 1e-8)).numpy().astype(np.float32)
+    return ((adv - adv.mean()) / (adv.std(correction=0 if population_std else 1) + 1e-8)).numpy().astype(np.float32)
 
 
 def _shift(obs: Any, last: Any) -> Any:
