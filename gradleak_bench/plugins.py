@@ -39,6 +39,9 @@ class Attack(Protocol):
     Attributes:
         name: the attack's name in results and leaderboards.
         fields: the truth fields its reconstructions hold (``"action"``, ``"rgb"``, ...).
+        data_protocol: optional; the data protocol its held-out episodes follow unless the run names one
+            (``"trace-windows"`` for TRACE; absent: ``"first8"``; docs/tasks.md, "Data protocols"). Read
+            from the sealed plug-in's description, never by importing it in the scorer.
 
     Optional methods, called when present:
         ``supports(victim) -> str | None``: a reason why the attack does not apply to this victim (the run

@@ -20,6 +20,9 @@ class EvaluateConfig:
     # The held-out draw: 0 is the standard split (official when the manifest records its identity); any other
     # value draws other episode seeds in the same held-out layouts (`generate --seed N`), scored as unofficial.
     dataset_seed: int = 0
+    # The data protocol of the held-out episodes (docs/tasks.md, "Data protocols"): first8 or trace-windows;
+    # None: the attack's own ``data_protocol`` attribute (TRACE: trace-windows), else first8.
+    protocol: str | None = None
     # None: the first ``episodes`` (one per layout in turn); an int: a random subset of that size drawn with
     # this seed, in canonical order (what `gradleak-bench verify` re-runs).
     sample_seed: int | None = None

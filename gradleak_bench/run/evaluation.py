@@ -151,7 +151,8 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
             dataset, official = generate_fresh(fresh, victim, config.split), False
         else:
             ds_config = datasets.standard_config(task.name, victim.spec.name, config.checkpoint, config.split,
-                                                  seed=config.dataset_seed)
+                                                  seed=config.dataset_seed,
+                                                  protocol=config.protocol or attack.description.get("data_protocol"))
             dataset = datasets.load_or_generate(ds_config, progress=progress)
             official = datasets.check_official(dataset)
         if hasattr(gradients, "check_dataset"):  # external gradients must belong to this dataset's episodes

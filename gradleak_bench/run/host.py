@@ -39,7 +39,9 @@ class Host:
         methods = [m for m in ("fit", "supports", "check", "report_actions", "epsilon", "action_epsilon")
                    if callable(getattr(self.plugin, m, None))]
         fields = list(getattr(self.plugin, "fields", ()) or ()) if self.kind == "attack" else []
-        return {"name": getattr(self.plugin, "name", "?"), "fields": fields, "methods": methods}, {}
+        protocol = getattr(self.plugin, "data_protocol", None) if self.kind == "attack" else None
+        return {"name": getattr(self.plugin, "name", "?"), "fields": fields, "methods": methods,
+                "data_protocol": protocol if isinstance(protocol, str) else None}, {}
 
     def victim_(self, h: dict, a: dict) -> tuple[dict, dict]:
         from gradleak_bench.run.victim import rebuild_victim
