@@ -100,6 +100,8 @@ def generate(
     checkpoint: str = typer.Option("init", help="init or trained"),
     episodes: Optional[int] = typer.Option(None, help="episodes per layout (default: the task's standard)"),
     seed: int = typer.Option(0, help="dataset seed (the standard split uses 0)"),
+    protocol: str = typer.Option("first8", help="data protocol: first8 (the first steps after reset) or "
+                                 "trace-windows (windows cut from whole episodes, TRACE's data; docs/tasks.md)"),
     out: Optional[Path] = typer.Option(None, help="output folder for DATASET_KEY.h5 (default: the cache)"),
     executor: str = typer.Option("local", help="local (this process) or ray (one layout per Ray task; docs/scale-out.md)"),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address (HOST:PORT, ray://HOST:10001 or auto; "
@@ -118,7 +120,7 @@ def generate(
 
     from gradleak_bench.executors import get_executor
 
-    config = datasets.standard_config(task, victim, checkpoint, split, episodes, seed)
+    config = datasets.standard_config(task, victim, checkpoint, split, episodes, seed, protocol)
     with get_executor(executor, ray_address) as ex:
         ds = datasets.load_or_generate(config, path=out / f"{config.key}.h5" if out else None, executor=ex)
     verified = ds.verify()
@@ -173,6 +175,9 @@ def evaluate(
     seed: int = typer.Option(0, help="seed of the defense's randomness and the bootstrap"),
     dataset_seed: int = typer.Option(0, help="held-out draw: 0 is the standard (official) split; N scores the "
                                      "episodes `generate --seed N` draws in the same held-out layouts (unofficial)"),
+    protocol: Optional[str] = typer.Option(None, help="data protocol of the held-out episodes: first8 or "
+                                           "trace-windows (default: the attack's own -- trace-windows for TRACE "
+                                           "and its ablations -- else first8; docs/tasks.md)"),
     out: Path = typer.Option(Path("runs/latest"), help="output folder (results.json, episodes.csv, pictures)"),
     wandb: str = typer.Option("offline", help="W&B mode: offline (default, no account needed), online or disabled"),
     attack_param: list[str] = typer.Option([], "--attack-param", "-A", help="attack parameter KEY=VALUE (repeatable)"),
@@ -210,7 +215,7 @@ def evaluate(
         raise GradleakError(f"--wandb must be offline, online or disabled, not {wandb!r}")
     config = EvaluateConfig(
         attack=attack, task=task, victim=victim, checkpoint=checkpoint, defense=defense, split=split,
-        episodes=episodes, seed=seed, dataset_seed=dataset_seed, attack_params=plugins.parse_params(attack_param),
+        episodes=episodes, seed=seed, dataset_seed=dataset_seed, protocol=protocol, attack_params=plugins.parse_params(attack_param),
         defense_params=plugins.parse_params(defense_param), out=str(out), wandb=wandb, control=control,
         metrics=list(metric) or None, executor=executor, ray_address=ray_address, shard_size=shard_size,
         gradients=str(gradients) if gradients else None, sealed=not unsealed,

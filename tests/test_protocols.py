@@ -213,3 +213,25 @@ def test_official_windows_replay_their_record(task, victim, checkpoint, protocol
 def test_trace_window_splits_are_official(victim, checkpoint):
     config = datasets.standard_config("PointNav", victim, checkpoint, "test", protocol="trace-windows")
     assert datasets.check_official(datasets.load_or_generate(config, progress=False)) is True
+
+
+# --- which protocol a run uses ----------------------------------------------------------------------------
+
+
+def test_an_attack_declares_its_protocol_through_its_sealed_description(tmp_path):
+    """The scorer learns TRACE's protocol from the plug-in process's answer to `load` (a plain string), never
+    by importing the attack; anything but a string is ignored, and an unknown name is a clear error."""
+    from gradleak_bench.run.host import Host
+
+    def described(reference: str) -> dict:
+        return Host().load({"kind": "attack", "reference": reference}, {})[0]
+
+    assert described("trace")["data_protocol"] == "trace-windows"
+    assert described("trace_no_temporal")["data_protocol"] == "trace-windows"
+    assert described("closed_form")["data_protocol"] is None
+    odd = tmp_path / "odd.py"
+    odd.write_text("class Odd:\n    name = 'odd'\n    fields = ('action',)\n    data_protocol = object()\n"
+                   "    def reconstruct(self, episode, victim):\n        raise NotImplementedError\n")
+    assert described(f"{odd}:Odd")["data_protocol"] is None
+    with pytest.raises(UnknownNameError, match="data protocol"):
+        datasets.standard_config("PointNav", protocol="last-steps")

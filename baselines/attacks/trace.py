@@ -472,6 +472,9 @@ class TRACE:
     name: ClassVar[str] = "trace"
     fields: ClassVar[tuple[str, ...]] = ("rgb", "action")
     defaults: ClassVar[dict[str, Any]] = {}
+    # The public TRACE code's data: windows cut from whole episodes, advantages from whole-episode GAE
+    # (docs/tasks.md, "Data protocols"). Inherited by the ablations; `evaluate --protocol first8` overrides.
+    data_protocol: ClassVar[str] = "trace-windows"
 
     def __init__(self, preset: str = "quick", weights: str | None = None, train: str = "auto",
                  device: str = "cpu", progress: bool = True, stop_after: int | None = None, **overrides: Any):
