@@ -304,6 +304,28 @@ def closed_form_margin(data: dict) -> str:
     return markdown(["checkpoint", "beta", "mean entropy (nats)", *(f"ent_coef {c:g}" for c in coefs)], rows)
 
 
+# ------------------------------------------------------------------ defenses (docs/defenses.md)
+
+DEFENSES_CLOSED_FORM = "docs/data/defenses_closed_form_PointNav_ppo_init.json"
+
+
+def defenses_closed_form(table: dict) -> str:
+    """One row per defense run: action accuracy, the best prior and the leakage over it, the swap control."""
+    rows = []
+    for run in table.values():
+        m = run["metrics"]["action_accuracy"]
+        best = m.get("best_prior")
+        params = " ".join(run["params"])
+        if run.get("defense_epsilon") is not None:
+            params += f" (epsilon {run['defense_epsilon']:.3g} per step)"
+        rows.append([f"`{run['defense']}`", f"`{params}`" if params else "", _interval(m),
+                     f"{best.removeprefix('prior:')} {m['references'][best]['mean']:.3g}" if best else "--",
+                     _interval(m.get("prior_leakage")) if best else "--", _interval(m.get("control")),
+                     _interval(m.get("leakage"))])
+    return markdown(["defense", "`-D`", "action accuracy [95% CI]", "best prior", "leakage vs best prior",
+                     "swap control", "leakage vs control"], rows)
+
+
 # ------------------------------------------------------------------ registry
 
 TABLES: dict[str, Table] = {
@@ -314,6 +336,7 @@ TABLES: dict[str, Table] = {
     "trace_speed": Table("docs/trace.md", (TRACE_SPEED,), trace_speed),
     "trace_per_timestep": Table("docs/trace.md", (TRACE_STEPS,), trace_per_timestep),
     "closed_form_margin": Table("docs/closed-form.md", (MARGIN,), closed_form_margin),
+    "defenses_closed_form": Table("docs/defenses.md", (DEFENSES_CLOSED_FORM,), defenses_closed_form),
     "priors_scores": Table("docs/priors.md", (PRIORS_PPO_INIT,), priors_scores),
     "priors_cost": Table("docs/priors.md", (PRIORS_PPO_INIT,), priors_cost),
     "calibrated_runs": Table("docs/priors.md", CALIBRATED_RUNS, calibrated_runs),
