@@ -53,7 +53,7 @@ import numpy as np
 
 from gradleak_bench.errors import CorruptFileError, GradleakError
 from gradleak_bench.metrics.images import DEPTH_RANGE_M
-from gradleak_bench.records import Episode, Reconstruction
+from gradleak_bench.records import IMAGE_FIELDS, Episode, Reconstruction
 
 FORMAT = "gradleak-bench-priors/1"
 PRIORS_VERSION = 1
@@ -74,8 +74,6 @@ a median needs every frame in memory, a mean does not."""
 ANGLE_COLUMNS = {"goal": 1, "pose": 2}
 """Columns holding angles (radians): averaged on the circle, not as numbers (3.1 and -3.1 are close)."""
 
-IMAGE_FIELDS = ("rgb", "depth")
-SCALAR_SKIP = ("action",)  # discrete: its own priors
 
 
 @dataclass(frozen=True)
