@@ -25,6 +25,7 @@ from gradleak_bench import dataset as datasets
 from gradleak_bench import splits
 from gradleak_bench.victims.checkpoint import cached_dir, packaged_dir, save_checkpoint
 from gradleak_bench.victims.policies import build_policy
+from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.zoo import VICTIMS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,6 +62,8 @@ def record_splits(split: str = "test", tasks: tuple[str, ...] | None = None, res
     with tempfile.TemporaryDirectory() as tmp:
         for spec in VICTIMS.values():
             if (tasks and spec.task not in tasks) or (victims and spec.name not in victims):
+                continue
+            if get_task(spec.task).action_kind != "discrete":  # no dataset pipeline for Box actions yet
                 continue
             for checkpoint in ("init", "trained"):
                 if checkpoint == "trained" and not (packaged_dir(spec) / "trained.safetensors").is_file():
