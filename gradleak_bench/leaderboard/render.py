@@ -128,8 +128,11 @@ One entry per (attack, task, victim checkpoint, defense) on the held-out test sp
 `gradleak-bench evaluate`, turned into an entry by `gradleak-bench submit` and checked by
 `gradleak-bench verify` (see [docs/leaderboard.md](../docs/leaderboard.md)). Values are means over held-out
 episodes with 95% bootstrap CIs; the **control** is the same attack fed another episode's gradients (what
-its prior alone achieves) and **leakage** = metric - control. Tables are sorted by the leakage of the task's
-primary metric. The same tables, sortable, are in [index.html](index.html).
+its prior alone achieves) and **leakage** = metric - control; **leakage vs best prior** = metric - the best
+gradient-free prior fitted on train layouts ([docs/priors.md](../docs/priors.md)), where the run scored priors.
+A frame without a finite reconstruction scores the metric's worst value and is counted in **failed frames**.
+Tables rank the entries on the official split (recomputed from the split manifest) by the leakage of the
+task's primary metric; others are listed unranked. The same tables, sortable, are in [index.html](index.html).
 """
 
 

@@ -163,7 +163,7 @@ def admit(entry: Entry, allow_unofficial: bool = False, attack: str | None = Non
 # --- the re-run (sealed: plug-in code runs only in its own processes, never in the verifier's) ---------------
 
 
-def _config(entry: Entry, folder: Path, tmp: Path, episodes: int | None, seed: int | None) -> Any:
+def _config(entry: Entry, folder: Path, tmp: Path, episodes: int | None, seed: int | None, priors: bool) -> Any:
     from gradleak_bench.run.config import EvaluateConfig
 
     private = tmp / "code"
@@ -174,27 +174,31 @@ def _config(entry: Entry, folder: Path, tmp: Path, episodes: int | None, seed: i
         task=entry.task, victim=entry.victim, checkpoint=entry.checkpoint, split=entry.split,
         episodes=episodes, seed=entry.seed, sample_seed=seed, dataset_seed=entry.dataset_seed,
         attack_params=dict(entry.attack_params), defense_params=dict(entry.defense_params),
-        out=str(tmp / "run"), wandb="disabled", sealed=True,
+        out=str(tmp / "run"), wandb="disabled", sealed=True, priors=priors,
         control=any(m.control is not None for m in entry.metrics.values()),
     )
 
 
-def rerun(entry: Entry, folder: Path, episodes: int = 8, seed: int = 0, progress: bool = False) -> Rerun:
-    """Re-run the entry's bound code, sealed, on ``episodes`` held-out episodes drawn at random with ``seed``."""
+def rerun(entry: Entry, folder: Path, episodes: int = 8, seed: int = 0, progress: bool = False,
+          priors: bool = True) -> Rerun:
+    """Re-run the entry's bound code, sealed, on ``episodes`` held-out episodes drawn at random with ``seed``
+    (``priors``: also score the gradient-free priors, fitted once per checkpoint, so their rows are checked)."""
     from gradleak_bench.run.evaluation import Scorer
 
     with tempfile.TemporaryDirectory(prefix="gradleak-verify-") as tmp:
-        result = Scorer(_config(entry, folder, Path(tmp), episodes, seed)).evaluate(progress=progress, resume=False)
+        config = _config(entry, folder, Path(tmp), episodes, seed, priors)
+        result = Scorer(config).evaluate(progress=progress, resume=False)
     return rerun_from(result.summary, [r.flat() for r in result.rows], "the re-run")
 
 
-def fresh_rerun(entry: Entry, folder: Path, layouts: int, secret: int, progress: bool = False) -> Rerun:
+def fresh_rerun(entry: Entry, folder: Path, layouts: int, secret: int, progress: bool = False,
+                priors: bool = True) -> Rerun:
     """Score the entry's bound code on ``layouts`` fresh layouts drawn from the secret seed (one episode each)."""
     from gradleak_bench.run.evaluation import Scorer
     from gradleak_bench.run.fresh import FreshLayouts
 
     with tempfile.TemporaryDirectory(prefix="gradleak-verify-fresh-") as tmp:
-        result = Scorer(_config(entry, folder, Path(tmp), None, None)).evaluate(
+        result = Scorer(_config(entry, folder, Path(tmp), None, None, priors)).evaluate(
             fresh_layouts=FreshLayouts(secret, layouts), progress=progress, resume=False)
     return rerun_from(result.summary, [r.flat() for r in result.rows], "the fresh-layout run")
 
@@ -294,15 +298,16 @@ FRESH_LAYOUTS = 8
 
 def verify_entry(entry: Entry, folder: Path, episodes: int = 8, seed: int = 0, attack: str | None = None,
                  allow_unofficial: bool = False, progress: bool = False,
-                 fresh_layouts: int = FRESH_LAYOUTS) -> Verification:
+                 fresh_layouts: int = FRESH_LAYOUTS, priors: bool = True) -> Verification:
     """Admit ``entry``, re-run it on a seeded random subset of ``episodes`` held-out episodes and compare; then
-    score it on ``fresh_layouts`` layouts drawn from a secret seed (0: skip) and flag a drop."""
+    score it on ``fresh_layouts`` layouts drawn from a secret seed (0: skip) and flag a drop. ``priors=False``
+    skips re-scoring the gradient-free priors (their rows are still checked against the entry's summary)."""
     admit(entry, allow_unofficial, attack, folder)
-    verdict = compare(entry, rerun(entry, folder, episodes, seed, progress))
+    verdict = compare(entry, rerun(entry, folder, episodes, seed, progress, priors))
     if fresh_layouts <= 0:
         return verdict
     secret = int.from_bytes(os.urandom(8), "little") >> 1  # drawn now: it did not exist when the attack was written
-    fresh = fresh_rerun(entry, folder, fresh_layouts, secret, progress)
+    fresh = fresh_rerun(entry, folder, fresh_layouts, secret, progress, priors)
     checks_ = tuple(check_fresh(name, entry.metrics[name].higher_is_better, entry.episodes.values[name],
                                 entry.episodes.ids, fresh.values[name])
                     for name in sorted(set(entry.metrics) & fresh.metrics))
