@@ -472,39 +472,7 @@ class _LayerwiseEngine:
         """See :meth:`PerSampleGradients.norms_and_weighted_mean`."""
         inputs, outputs, total = self._forward(samples)
         grad_outputs = self._output_gradients(total, outputs)
-        squared = torch.zeros(batch, dtype=torch.float64)
-        conv: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        for prefix, layer in self._layers:
-            a, g = inputs.get(prefix), grad_outputs.get(prefix)
-            if g is None:
-                continue
-            if isinstance(layer, nn.Linear):
-                g_sq = g.double().pow(2).sum(1)
-                squared += g_sq * a.double().pow(2).sum(1) + (g_sq if layer.bias is not None else 0.0)
-            else:
-                cols = _patches(a, layer, tuple(g.shape[2:]))
-                gw, gb = torch.bmm(g.flatten(2), cols.transpose(1, 2)), g.sum(dim=(2, 3))
-                squared += gw.double().pow(2).sum(dim=(1, 2))
-                squared += gb.double().pow(2).sum(1) if layer.bias is not None else 0.0
-                conv[prefix] = (gw, gb)
-        norms = squared.sqrt()
-        w = weights(norms).to(torch.float32) / batch
-        result = {}
-        for prefix, layer in self._layers:
-            g = grad_outputs.get(prefix)
-            for kind, param in (("weight", layer.weight), ("bias", layer.bias)):
-                if param is None:
-                    continue
-                if g is None:
-                    value = torch.zeros(param.shape)
-                elif prefix in conv:
-                    value = torch.tensordot(w, conv[prefix][kind == "bias"], dims=1).reshape(param.shape)
-                elif kind == "weight":
-                    value = (g * w[:, None]).T @ inputs[prefix]
-                else:
-                    value = w @ g
-                result[f"{prefix}.{kind}"] = value
-        return norms, {name: result[name] for name in self._names}
+        return _ghost_norms_and_mean(self._layers, inputs, grad_outputs, batch, weights, self._names)
 
     def _forward(self, samples: Mapping[str, Obs]):
         """Batched forward of the summed per-sample losses, with hooks recording each layer's input and
@@ -566,14 +534,127 @@ class _LayerwiseEngine:
         return result
 
 
+def _ghost_norms_and_mean(
+    layers: list[tuple[str, nn.Module]], inputs: Mapping[str, torch.Tensor],
+    grad_outputs: Mapping[str, torch.Tensor | None], batch: int, weights: Callable[[torch.Tensor], torch.Tensor],
+    names: tuple[str, ...],
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-sample gradient norms and ``(1/B) sum_i w_i g_i`` from each layer's input ``a_i`` and per-sample
+    output gradient ``d_i``: ``||d_i a_i^T|| = ||d_i|| ||a_i||`` for ``Linear`` (ghost norm), the small
+    per-sample ``Conv2d`` gradients formed outright, and the weighted mean as one product per layer."""
+    squared = torch.zeros(batch, dtype=torch.float64)
+    conv: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for prefix, layer in layers:
+        a, g = inputs.get(prefix), grad_outputs.get(prefix)
+        if g is None:
+            continue
+        if isinstance(layer, nn.Linear):
+            g_sq = _row_norms(g).pow(2)
+            squared += g_sq * _row_norms(a).pow(2) + (g_sq if layer.bias is not None else 0.0)
+        else:
+            cols = _patches(a, layer, tuple(g.shape[2:]))
+            gw, gb = torch.bmm(g.flatten(2), cols.transpose(1, 2)), g.sum(dim=(2, 3))
+            squared += _row_norms(gw).pow(2) + (_row_norms(gb).pow(2) if layer.bias is not None else 0.0)
+            conv[prefix] = (gw, gb)
+    norms = squared.sqrt()
+    w = weights(norms).to(torch.float32) / batch
+    result = {}
+    for prefix, layer in layers:
+        g = grad_outputs.get(prefix)
+        for kind, param in (("weight", layer.weight), ("bias", layer.bias)):
+            if param is None:
+                continue
+            if g is None:  # the layer does not reach the loss
+                value = torch.zeros(param.shape)
+            elif prefix in conv:
+                value = torch.tensordot(w, conv[prefix][kind == "bias"], dims=1).reshape(param.shape)
+            elif kind == "weight":
+                value = (g * w[:, None]).T @ inputs[prefix]
+            else:
+                value = w @ g
+            result[f"{prefix}.{kind}"] = value
+    return norms, {name: result[name] for name in names}
+
+
+class MeanLossCapture:
+    """Per-sample gradient norms and clipped means from the caller's *own* backward pass of a minibatch
+    **mean** loss (SB3's ``train()``), as Opacus's fast gradient clipping does: forward hooks keep each
+    trained layer's input, tensor hooks its output gradient; ``B`` times a row of that gradient is the
+    sample's own output gradient, since the loss is the mean of per-sample losses. No pass is repeated.
+
+    Only for policies the layer-wise engine covers (:func:`layerwise_layers`); a layer run twice in one
+    pass makes :meth:`norms_and_weighted_mean` return ``None`` (the caller then uses the engine).
+
+    Args:
+        policy: The SB3 policy whose own training pass is observed.
+        names: The trained parameter names (:func:`trained_parameter_names`).
+    """
+
+    def __init__(self, policy: nn.Module, names: tuple[str, ...]):
+        layers = layerwise_layers(policy, names)
+        if layers is None:
+            raise ValueError("the policy has layers the layer-wise path does not cover")
+        self._layers, self._names = layers, names
+        self._inputs: dict[str, torch.Tensor] = {}
+        self._grads: dict[str, torch.Tensor] = {}
+        self._valid, self._armed = True, False
+        self._handles = [layer.register_forward_hook(self._hook(prefix, layer)) for prefix, layer in layers]
+
+    def _hook(self, prefix: str, layer: nn.Module):
+        ndim = 2 if isinstance(layer, nn.Linear) else 4
+
+        def hook(_: nn.Module, args: tuple, output: torch.Tensor) -> None:
+            if not (self._armed and torch.is_grad_enabled() and output.requires_grad):
+                return
+            if prefix in self._inputs or args[0].ndim != ndim:
+                self._valid = False  # run twice, or a sequence input: not one row per sample
+                return
+            self._inputs[prefix] = args[0].detach()
+
+            def keep(grad: torch.Tensor) -> None:
+                self._grads[prefix] = grad.detach()
+            output.register_hook(keep)
+        return hook
+
+    def arm(self) -> None:
+        """Start observing a new minibatch pass (forgets the last one)."""
+        self._inputs, self._grads, self._valid, self._armed = {}, {}, True, True
+
+    def disarm(self) -> None:
+        self._armed = False
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+    def norms_and_weighted_mean(
+        self, batch: int, weights: Callable[[torch.Tensor], torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]] | None:
+        """As :meth:`PerSampleGradients.norms_and_weighted_mean` for the observed pass (``None`` if it
+        cannot be split per sample)."""
+        self.disarm()
+        if not self._valid or any(a.shape[0] != batch for a in self._inputs.values()):
+            return None
+        per_sample = {prefix: batch * g for prefix, g in self._grads.items()}
+        return _ghost_norms_and_mean(self._layers, self._inputs, per_sample, batch, weights, self._names)
+
+
+def _row_norms(t: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` float64 L2 norm of each row of a batch-first tensor (float32 kernels: no float64 copy)."""
+    return torch.linalg.vector_norm(t.reshape(t.shape[0], -1), dim=1).double()
+
+
 def _patches(a: torch.Tensor, layer: nn.Conv2d, out_hw: tuple[int, int]) -> torch.Tensor:
     """``(B, C*kh*kw, L)`` input patches of a convolution, what ``F.unfold`` returns.
 
     Without padding or dilation the patches are a strided view of the input, and reshaping that view is
-    faster than ``unfold`` (measured 5.5 vs 8.2 ms on NatureCNN at batch 64) with identical values.
+    faster than ``unfold`` (measured 5.5 vs 8.2 ms on NatureCNN at batch 64) with identical values. SB3's
+    image input arrives channels-last (a transposed view); one contiguous copy of it is cheaper than
+    ``unfold`` on the view.
     """
-    if layer.padding != (0, 0) or layer.dilation != (1, 1) or not a.is_contiguous():
+    if layer.padding != (0, 0) or layer.dilation != (1, 1):
         return F.unfold(a, layer.kernel_size, layer.dilation, layer.padding, layer.stride)
+    a = a.contiguous()
     batch, channels = a.shape[:2]
     (kh, kw), (sh, sw), (oh, ow) = layer.kernel_size, layer.stride, out_hw
     sb, sc, sy, sx = a.stride()
@@ -584,8 +665,15 @@ def _patches(a: torch.Tensor, layer: nn.Conv2d, out_hw: tuple[int, int]) -> torc
 def _make_layerwise(module: _SampleLoss, names: tuple[str, ...]) -> _LayerwiseEngine | None:
     """The layer-wise engine if every trained parameter is the weight or bias of a plain ``Linear`` or
     ``Conv2d`` (groups 1, ``padding_mode="zeros"``); ``None`` otherwise, and the ``vmap`` path is used."""
+    layers = layerwise_layers(module.policy, names)
+    return None if layers is None else _LayerwiseEngine(module, layers, names)
+
+
+def layerwise_layers(policy: nn.Module, names: tuple[str, ...]) -> list[tuple[str, nn.Module]] | None:
+    """``(module name, layer)`` of the ``Linear``/``Conv2d`` layers owning every trained parameter, or
+    ``None`` if some trained parameter belongs to another kind of layer."""
     owners = {}
-    for prefix, layer in module.policy.named_modules():
+    for prefix, layer in policy.named_modules():
         for kind, param in (("weight", getattr(layer, "weight", None)), ("bias", getattr(layer, "bias", None))):
             if isinstance(param, nn.Parameter):
                 owners.setdefault(f"{prefix}.{kind}", (prefix, layer))
@@ -598,4 +686,4 @@ def _make_layerwise(module: _SampleLoss, names: tuple[str, ...]) -> _LayerwiseEn
             layers[prefix] = layer
         else:
             return None
-    return _LayerwiseEngine(module, list(layers.items()), names)
+    return list(layers.items())

@@ -57,7 +57,7 @@ from gradleak_bench.errors import DefenseDeclarationError, GradleakError, Invali
 from gradleak_bench.paths import atomic_write_bytes, cache_dir
 from gradleak_bench.records import GradientStream, LossSpec
 from gradleak_bench.stream.live import loss_spec_of
-from gradleak_bench.stream.per_sample import LossInputs, PerSampleGradients
+from gradleak_bench.stream.per_sample import LossInputs, MeanLossCapture, PerSampleGradients, trained_parameter_names
 from gradleak_bench.victims.checkpoint import cached_dir, read_meta, save_checkpoint
 from gradleak_bench.victims.training import success_rate, train_resumable, train_spec, with_budget
 from gradleak_bench.victims.zoo import VictimSpec, get_victim
@@ -104,8 +104,10 @@ class DefendedUpdates:
         self.relabelled = 0  # actions replaced by report_actions
         self.max_rel_error = 0.0  # with verify: max over steps of ||mean released - SB3 grad|| / ||SB3 grad||
         self.max_path_error = 0.0  # with verify: max over steps of ||update - literal update|| / ||literal update||
+        self.observed_steps = 0  # norms path: steps whose norms came from SB3's own pass (not the engine)
         self._minibatch: Any = None
         self._engines: dict[LossSpec, PerSampleGradients] = {}
+        self._capture: MeanLossCapture | None = None
 
     # -- TrainingHooks ------------------------------------------------------------------------------------
     def attach(self, model: Any) -> list[BaseCallback]:
@@ -119,6 +121,13 @@ class DefendedUpdates:
         # so SB3's clip becomes a no-op and the defended step clips the update with SB3's max_grad_norm.
         self.max_grad_norm = model.max_grad_norm
         model.max_grad_norm = math.inf
+        if self.path == "norms":
+            # Norms from SB3's own forward and backward pass (no pass repeated); the engine where it cannot.
+            try:
+                names = trained_parameter_names(model.policy, self._loss_spec().algo)
+                self._capture = MeanLossCapture(model.policy, names)
+            except ValueError:
+                self._capture = None
         buffer = model.rollout_buffer if self.on_policy else model.replay_buffer
         original_samples = buffer._get_samples
 
@@ -126,6 +135,8 @@ class DefendedUpdates:
             # (env, time) order: SB3's losses are means over the minibatch, so the order changes nothing there.
             samples = original_samples(np.sort(batch_inds), *args, **kwargs)
             self._minibatch = samples
+            if self._capture is not None:
+                self._capture.arm()
             return samples
 
         buffer._get_samples = sorted_samples
@@ -190,6 +201,8 @@ class DefendedUpdates:
         batch = int(samples.actions.shape[0])
         params = dict(self.model.policy.named_parameters())
         rng = self._child_rng()
+        observed = self._capture.norms_and_weighted_mean(batch, self.defense.clip_factors) \
+            if self._capture is not None else None  # before any engine pass: the hooks see those too
         literal = None
         if self.path == "per_sample" or self.verify:
             inputs = self._loss_inputs(samples, spec.algo)
@@ -203,8 +216,10 @@ class DefendedUpdates:
                     for name, shape in engine.param_shapes.items()}
             updates = cheap_update(self.defense, mean, engine.param_shapes, batch, rng)
         else:
-            _, mean = engine.norms_and_weighted_mean(self._loss_inputs(samples, spec.algo), self.defense.clip_factors)
+            _, mean = observed if observed is not None else \
+                engine.norms_and_weighted_mean(self._loss_inputs(samples, spec.algo), self.defense.clip_factors)
             updates = cheap_update(self.defense, mean, engine.param_shapes, batch, rng)
+            self.observed_steps += observed is not None
         if self.verify and self.path != "per_sample":
             self.max_path_error = max(self.max_path_error, _relative_error(updates, literal))
         for name, update in updates.items():
