@@ -526,7 +526,9 @@ class _LayerwiseEngine:
             elif kind == "bias":
                 torch.sum(g, dim=(2, 3), out=target) if g.ndim == 4 else target.copy_(g)
             elif isinstance(layer, nn.Linear):
-                torch.mul(g.unsqueeze(2), a.unsqueeze(1), out=target)
+                # A k=1 batched GEMM writes the outer products faster than a broadcast multiply (measured
+                # 1.3 vs 10 ms at batch 8, 85 vs 114 ms at 64, one thread), with the same single products.
+                torch.bmm(g.unsqueeze(2), a.unsqueeze(1), out=target)
             else:
                 cols = _patches(a, layer, tuple(g.shape[2:]))
                 torch.bmm(g.flatten(2), cols.transpose(1, 2), out=target.view(batch, param.shape[0], -1))
