@@ -227,6 +227,13 @@ def trace_speed(data: dict) -> str:
 # ------------------------------------------------------------------ priors and calibrated leakage (docs/priors.md)
 
 PRIORS_PPO_INIT = "docs/data/priors_PointNav_ppo_init.json"
+PRIORS_PPO_TRAINED = "docs/data/priors_PointNav_ppo_trained.json"
+IMAGE_AND_ACTION = ("action_accuracy", "rgb_psnr", "rgb_ssim", "rgb_psnr_y", "rgb_ssim_y", "rgb_ssim@gauss11",
+                    "rgb_ms_ssim", "depth_psnr", "depth_ssim")
+
+
+def priors_scores_images(data: dict) -> str:
+    return priors_scores(data, IMAGE_AND_ACTION)
 CALIBRATED_RUNS = ("docs/data/evaluations/PointNav_ppo_init_closed_form_8.json",
                    "docs/data/evaluations/PointNav_ppo_init_inverting_gradients_quick_8.json")
 CALIBRATED_QGI = ("docs/data/evaluations/ActivePerception_dqn_init_qgi_closed_form_8.json",)
@@ -238,10 +245,12 @@ def _interval(m: dict | None, digits: int = 3) -> str:
     return f"{m['mean']:.{digits}g} [{m['ci_low']:.{digits}g}, {m['ci_high']:.{digits}g}]"
 
 
-def priors_scores(data: dict) -> str:
-    """One row per metric: the best prior with its CI, then every prior's mean."""
+def priors_scores(data: dict, only: tuple[str, ...] | None = None) -> str:
+    """One row per metric (those in ``only``, when given): the best prior with its CI, then every prior's mean."""
     rows = []
     for metric, entry in data["metrics"].items():
+        if only is not None and metric not in only:
+            continue
         best = entry["best_prior"]
         others = ", ".join(f"{name.removeprefix('prior:')} {s['mean']:.3g}" for name, s in entry["priors"].items()
                            if name != best and isinstance(s.get("mean"), (int, float)))
@@ -338,6 +347,7 @@ TABLES: dict[str, Table] = {
     "closed_form_margin": Table("docs/closed-form.md", (MARGIN,), closed_form_margin),
     "defenses_closed_form": Table("docs/defenses.md", (DEFENSES_CLOSED_FORM,), defenses_closed_form),
     "priors_scores": Table("docs/priors.md", (PRIORS_PPO_INIT,), priors_scores),
+    "priors_scores_trained": Table("docs/priors.md", (PRIORS_PPO_TRAINED,), priors_scores_images),
     "priors_cost": Table("docs/priors.md", (PRIORS_PPO_INIT,), priors_cost),
     "calibrated_runs": Table("docs/priors.md", CALIBRATED_RUNS, calibrated_runs),
     "calibrated_qgi": Table("docs/priors.md", CALIBRATED_QGI, calibrated_runs),
