@@ -228,6 +228,7 @@ def trace_speed(data: dict) -> str:
 
 PRIORS_PPO_INIT = "docs/data/priors_PointNav_ppo_init.json"
 PRIORS_PPO_TRAINED = "docs/data/priors_PointNav_ppo_trained.json"
+PRIORS_A2C_TRAINED = "docs/data/priors_PointNav_a2c_trained.json"
 IMAGE_AND_ACTION = ("action_accuracy", "rgb_psnr", "rgb_ssim", "rgb_psnr_y", "rgb_ssim_y", "rgb_ssim@gauss11",
                     "rgb_ms_ssim", "depth_psnr", "depth_ssim")
 
@@ -348,6 +349,7 @@ TABLES: dict[str, Table] = {
     "defenses_closed_form": Table("docs/defenses.md", (DEFENSES_CLOSED_FORM,), defenses_closed_form),
     "priors_scores": Table("docs/priors.md", (PRIORS_PPO_INIT,), priors_scores),
     "priors_scores_trained": Table("docs/priors.md", (PRIORS_PPO_TRAINED,), priors_scores_images),
+    "priors_scores_a2c_trained": Table("docs/priors.md", (PRIORS_A2C_TRAINED,), priors_scores_images),
     "priors_cost": Table("docs/priors.md", (PRIORS_PPO_INIT,), priors_cost),
     "calibrated_runs": Table("docs/priors.md", CALIBRATED_RUNS, calibrated_runs),
     "calibrated_qgi": Table("docs/priors.md", CALIBRATED_QGI, calibrated_runs),
