@@ -47,7 +47,10 @@ class Attack(Protocol):
         ``supports(victim) -> str | None``: a reason why the attack does not apply to this victim (the run
         then stops with that message, or a grid skips the cell), or None.
         ``fit(victim, auxiliary)``: learn from auxiliary episodes the attacker collects itself on the
-        *train* layouts (see :class:`gradleak_bench.runner.AuxiliaryData`).
+        *train* layouts (:class:`AuxiliaryData`, with its own victim copy and gradient engine).
+
+    Every attack and defense runs sealed, in its own process (docs/evaluate.md): it gets only these
+    arguments, answers with plain numeric arrays, and cannot reach the truth or the scorer.
     """
 
     name: ClassVar[str]
@@ -90,6 +93,14 @@ class PluginSpec:
 ATTACKS: dict[str, PluginSpec] = {}
 DEFENSES: dict[str, PluginSpec] = {}
 _GROUPS = {"attack": ("gradleak_bench.attacks", ATTACKS), "defense": ("gradleak_bench.defenses", DEFENSES)}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "AuxiliaryData":  # part of the plug-in API; imported on use (it loads torch)
+        from gradleak_bench.run.auxiliary import AuxiliaryData
+
+        return AuxiliaryData
+    raise AttributeError(name)
 
 
 def register(kind: str, name: str, entry_point: str, summary: str) -> None:

@@ -9,19 +9,13 @@ from typing import Any
 
 from gradleak_bench.run.auxiliary import AuxiliaryData
 from gradleak_bench.run.config import EvaluateConfig
-from gradleak_bench.run.evaluation import (
-    RunResult,
-    defense_guarantees,
-    evaluate,
-    make_gradients,
-    select_episodes,
-    write_results,
-)
+from gradleak_bench.run.evaluation import RunResult, defense_guarantees, evaluate, select_episodes, write_results
 from gradleak_bench.run.fresh import FreshLayouts
 from gradleak_bench.run.pipeline import check_released as _check_released
 from gradleak_bench.run.results import Interval, MetricResult
 from gradleak_bench.run.scorer import EpisodeRow, check_reconstruction as _check_reconstruction
 from gradleak_bench.run.scorer import score as _score
+from gradleak_bench.run.setup import make_gradients
 from gradleak_bench.run.victim import attacker_copy, victim_info
 
 __all__ = ["AuxiliaryData", "EpisodeRow", "EvaluateConfig", "FreshLayouts", "Interval", "MetricResult", "RunResult",

@@ -19,20 +19,19 @@ import numpy as np
 
 from gradleak_bench import dataset as datasets
 from gradleak_bench.errors import GradleakError, PluginContractError, RunStateError
-from gradleak_bench.metrics import MetricSpec, select_metrics
+from gradleak_bench.metrics import select_metrics
 from gradleak_bench.paths import atomic_write_bytes
 from gradleak_bench.records import TRUTH_FIELDS
 from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.fresh import FreshLayouts, generate_fresh
 from gradleak_bench.run.pipeline import Context
-from gradleak_bench.run.sandbox import PluginFailure, PluginProcess, isolation
+from gradleak_bench.run.sandbox import PluginFailure, PluginProcess
+from gradleak_bench.run.setup import make_gradients, plugin_step, send_victim, start_plugins
 from gradleak_bench.run.scorer import Controls, EpisodeRow, Reference, summarise_metrics
 from gradleak_bench.run.store import RunStore
-from gradleak_bench.run.victim import check_names, victim_message
-from gradleak_bench.stream.replay import EpisodeGradients
+from gradleak_bench.run.victim import check_names
 from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.checkpoint import LoadedVictim, load_victim
-from gradleak_bench.victims.policies import env_spaces
 
 
 @dataclass(frozen=True)
@@ -61,49 +60,6 @@ def select_episodes(dataset: Any, n: int | None, sample_seed: int | None = None)
         return ids[:n]
     picked = np.random.default_rng(sample_seed).choice(len(ids), size=n, replace=False)
     return [ids[i] for i in sorted(picked)]
-
-
-def start_plugins(config: EvaluateConfig, hidden: list[Path],
-                  blob: np.ndarray | None = None) -> tuple[PluginProcess, PluginProcess | None]:
-    """The run's plug-in processes (the defense none needs none: it releases the exact gradients)."""
-    attack = PluginProcess("attack", config.attack, dict(config.attack_params), config.sealed, hidden, blob)
-    defense = None
-    if config.defense != "none" or config.defense_params:
-        try:
-            defense = PluginProcess("defense", config.defense, dict(config.defense_params), config.sealed, hidden)
-        except BaseException:
-            attack.close()
-            raise
-    return attack, defense
-
-
-def send_victim(processes: list[PluginProcess | None], victim: LoadedVictim, gradients: Any) -> int:
-    """Give each plug-in process the victim's public info; returns its number of actions."""
-    header, arrays = victim_message(victim, gradients.param_shapes)
-    for proc in processes:
-        if proc is not None:
-            _plugin_step(proc, "load", lambda p=proc: p.description)
-            _plugin_step(proc, "victim", lambda p=proc: p.call("victim", header, arrays))
-    return int(env_spaces(victim.spec.task, victim.spec.image_size)[1].n)
-
-
-def _plugin_step(proc: PluginProcess, what: str, fn: Any) -> Any:
-    try:
-        return fn()
-    except PluginFailure as exc:
-        if exc.is_gradleak:
-            raise GradleakError(exc.message) from None
-        raise GradleakError(f"{proc.kind} {proc.reference!r} failed in {what}: {exc}") from None
-
-
-def make_gradients(config: EvaluateConfig, victim: LoadedVictim) -> Any:
-    """The run's gradient source: recomputed exactly from the victim (default), or read from the
-    materialised gradient file ``config.gradients`` (gradients that come from outside the benchmark)."""
-    if config.gradients:
-        from gradleak_bench.gradient_store import GradientFile
-
-        return GradientFile(config.gradients, victim=victim)
-    return EpisodeGradients(victim.policy, victim.spec.loss, env_spaces(victim.spec.task, victim.spec.image_size)[0])
 
 
 def evaluate(config: EvaluateConfig, progress: bool = True, executor: Any = None, resume: bool = True,
@@ -141,12 +97,12 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
         n_actions = send_victim([attack, defense], victim, gradients)
         fields = _attack_fields(attack)
         if attack.has("supports"):
-            reason = _plugin_step(attack, "supports", lambda: attack.call("supports")[0]["reason"])
+            reason = plugin_step(attack, "supports", lambda: attack.call("supports")[0]["reason"])
             if reason:
                 raise GradleakError(f"attack {attack.description['name']!r} does not apply to victim "
                                     f"{victim.checkpoint_id}: {reason}")
         if defense is not None and defense.has("check"):  # victim-dependent parameters, before any work
-            _plugin_step(defense, "check", lambda: defense.call("check"))
+            plugin_step(defense, "check", lambda: defense.call("check"))
         if fresh is not None:
             dataset, official = generate_fresh(fresh, victim, config.split), False
         else:
@@ -208,7 +164,7 @@ def _guarantees(defense: PluginProcess | None, n_actions: int) -> dict[str, floa
     epsilon), recorded in results.json."""
     if defense is None or not (defense.has("epsilon") or defense.has("action_epsilon")):
         return {}
-    reply = _plugin_step(defense, "epsilon", lambda: defense.call("guarantees", {"n_actions": n_actions})[0])
+    reply = plugin_step(defense, "epsilon", lambda: defense.call("guarantees", {"n_actions": n_actions})[0])
     out = {}
     for key in ("defense_epsilon", "defense_delta", "defense_action_epsilon"):
         if key in reply:
@@ -320,7 +276,7 @@ class _Run:
                                 "scorer's process)")
         blob = None
         if remote and self.context.attack.has("fit"):
-            blob = _plugin_step(self.context.attack, "export", lambda: self.context.attack.call("export")[1]["blob"])
+            blob = plugin_step(self.context.attack, "export", lambda: self.context.attack.call("export")[1]["blob"])
         units = plan_units([(i, self.episode_ids[i], self.seeds[i]) for i in todo], self.config.shard_size)
         worker = EpisodeWorker(self.config, self.dataset.config, self.dataset.sha256, key, self.context, blob,
                                tuple(str(p) for p in self.hidden))
@@ -392,13 +348,6 @@ class _Run:
         if problems:
             summary["problems"] = problems
         return summary
-
-
-class _Remote:
-    """What a Ray worker's EpisodeWorker needs of the driver's context before it rebuilds its own."""
-
-    def __init__(self, context: Context):
-        self.metrics, self.references = context.metrics, context.references
 
 
 def _versions() -> dict[str, str]:

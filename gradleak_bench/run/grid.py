@@ -212,14 +212,18 @@ def headline_metric(summary: dict[str, Any]) -> str | None:
     return next((m for m in HEADLINE_METRICS if m in metrics), next(iter(metrics), None))
 
 
-def oriented_leakage(entry: dict[str, Any]) -> tuple[float, float, float]:
-    """Leakage (metric - control) oriented so that larger means more leaked, with its CI."""
-    leak = entry.get("leakage")
+def oriented_leakage(entry: Any) -> tuple[float, float, float]:
+    """Leakage (metric - control) of a MetricResult (or its results.json dict) oriented so that larger means
+    more leaked, with its CI."""
+    if isinstance(entry, dict):
+        leak, higher = entry.get("leakage"), entry.get("higher_is_better", True)
+        leak = None if leak is None else (leak["mean"], leak["ci_low"], leak["ci_high"])
+    else:
+        higher = entry.higher_is_better
+        leak = None if entry.leakage is None else (entry.leakage.mean, entry.leakage.ci_low, entry.leakage.ci_high)
     if leak is None:
         return math.nan, math.nan, math.nan
-    if entry.get("higher_is_better", True):
-        return leak["mean"], leak["ci_low"], leak["ci_high"]
-    return -leak["mean"], -leak["ci_high"], -leak["ci_low"]
+    return leak if higher else (-leak[0], -leak[2], -leak[1])
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[int]:
@@ -286,6 +290,8 @@ def run_grid(config: GridConfig, progress: bool = True) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------ outputs
 def _rows(grid: dict[str, Any]) -> list[dict[str, Any]]:
+    from gradleak_bench.run.results import MetricResult
+
     rows = []
     for c in grid["cells"]:
         u = grid["utility"].get(f"{c['task']}/{c['victim']}/{c['setting']}", {})
@@ -297,12 +303,15 @@ def _rows(grid: dict[str, Any]) -> list[dict[str, Any]]:
         headline = headline_metric(summary) if summary else None
         if not summary.get("metrics"):
             rows.append({**base, "metric": "", "headline": False})
-        for name, entry in summary.get("metrics", {}).items():
+        for name, raw in summary.get("metrics", {}).items():
+            entry = MetricResult.from_dict(raw, f"grid cell {c['task']}/{c['victim']} {c['attack']} x "
+                                                f"{c['setting']}: {name}")
             leak, lo, hi = oriented_leakage(entry)
-            rows.append({**base, "metric": name, "headline": name == headline, "mean": entry["mean"],
-                         "ci_low": entry["ci_low"], "ci_high": entry["ci_high"],
-                         "control": entry.get("control", {}).get("mean", math.nan),
-                         "leakage": leak, "leakage_ci_low": lo, "leakage_ci_high": hi})
+            rows.append({**base, "metric": name, "headline": name == headline, "mean": entry.mean,
+                         "ci_low": entry.ci_low, "ci_high": entry.ci_high,
+                         "control": entry.control.mean if entry.control else math.nan,
+                         "leakage": leak, "leakage_ci_low": lo, "leakage_ci_high": hi,
+                         "failed_frames": entry.failed_frames})
     return rows
 
 
@@ -323,7 +332,8 @@ def markdown_table(frame: Any) -> str:
     ``leakage [CI]``; utility columns when measured."""
     lines = ["# Defense grid", "",
              "Each entry: leakage of the attack's headline metric (metric - control, oriented so that larger = "
-             "more leaked) with its 95% bootstrap CI; `-` skipped (attack does not apply), `x` failed.", ""]
+             "more leaked) with its 95% bootstrap CI; `-` skipped (attack does not apply), `x` failed; failed frames "
+             "(missing or non-finite output, each scored the metric's worst value) are shown when there are any.", ""]
     if frame.empty:
         return "\n".join(lines + ["(no cells)", ""])
     for (task, victim), part in frame.groupby(["task", "victim"], sort=False):
@@ -348,7 +358,9 @@ def markdown_table(frame: Any) -> str:
                     cells.append("x")
                 else:
                     r = head.iloc[0]
-                    cells.append(f"{r['leakage']:.3g} [{r['leakage_ci_low']:.3g}, {r['leakage_ci_high']:.3g}]")
+                    failed = int(r.get("failed_frames", 0) or 0)
+                    cells.append(f"{r['leakage']:.3g} [{r['leakage_ci_low']:.3g}, {r['leakage_ci_high']:.3g}]"
+                                 + (f" ({failed} failed frames)" if failed else ""))
             if util:
                 r = part[part["setting"] == s].iloc[0]
                 spread = "" if math.isnan(r["val_return_sd"]) else f" ± {r['val_return_sd']:.2f}"

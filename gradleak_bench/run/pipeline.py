@@ -75,9 +75,9 @@ def run_episode(ctx: Context, index: int, episode_id: str, seed: int
         reply, fields = ctx.attack.call("reconstruct", {"key": f"episode-{index:04d}"}, arrays)
         row.attack_ms = (time.perf_counter() - start) * 1e3
         if reply.get("wrong_type"):
-            raise PluginContractError(f"attack {ctx.attack_name!r} returned {reply['wrong_type']}, not a Reconstruction")
+            raise PluginContractError(f"attack {ctx.attack_name!r} returned {str(reply['wrong_type'])[:200]}, not a Reconstruction")
         if reply.get("bad_dtypes"):
-            raise PluginContractError(f"attack {ctx.attack_name!r} returned non-numeric fields {reply['bad_dtypes']}")
+            raise PluginContractError(f"attack {ctx.attack_name!r} returned non-numeric fields {str(reply['bad_dtypes'])[:300]}")
         recon = check_reconstruction(fields, ctx.attack_name, ctx.attack_fields, episode)
         row.metrics, row.failed_frames = score(ctx.metrics, recon, episode)
         if ctx.references:
@@ -110,5 +110,5 @@ def _release(ctx: Context, episode: Episode, seed: int) -> dict[str, torch.Tenso
     gradients = ctx.gradients(reported).tensors
     reply, out = ctx.defense.call("release", {}, {f"g/{k}": v for k, v in gradients.items()})
     if reply.get("wrong_type"):
-        raise InvalidGradientError(f"defense {ctx.defense_name!r} returned {reply['wrong_type']}, not a GradientStream")
+        raise InvalidGradientError(f"defense {ctx.defense_name!r} returned {str(reply['wrong_type'])[:200]}, not a GradientStream")
     return {k[2:]: torch.from_numpy(v) for k, v in out.items() if k.startswith("g/")}

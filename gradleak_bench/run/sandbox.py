@@ -113,7 +113,7 @@ def bwrap_command(fd_in: int, fd_out: int, shown: Iterable[Path], hidden: Iterab
     """The sealed plug-in process's command line (see the module docstring). ``staged`` = (a copy of the
     plug-in file's folder readable by the unprivileged user, the folder's own path where it is shown)."""
     shown = _outermost({Path(p).resolve() for p in shown if Path(p).exists()})
-    targets = shown + ([staged[1]] if staged else [])
+    targets = shown + ([staged[1]] if staged else []) + [Path(cache)]  # their parents must be traversable
     cmd = [shutil.which("bwrap") or "bwrap", *_namespaces(), "--clearenv"]
     for name, value in _environment(cache).items():
         cmd += ["--setenv", name, value]
@@ -180,9 +180,23 @@ def shown_paths(plugin_reference: str) -> list[Path]:
 
     paths = [Path(p) for p in ("/usr", "/etc")]
     paths += [Path(sys.base_prefix), Path(sys.prefix), Path(os.path.realpath(sys.executable)).parent.parent]
-    paths += [Path(gradleak_bench.__file__).resolve().parents[1]]
+    # the package's own folders, not the project folder: other runs' folders (their stored reconstructions)
+    # may sit in it
+    import gradleak_bench.baselines
+    import gradleak_bench.envs
+
+    paths += [Path(m.__file__).resolve().parent for m in (gradleak_bench, gradleak_bench.baselines, gradleak_bench.envs)]
     paths += [Path(p) for p in sys.path if p and Path(p).is_dir() and Path(p).resolve() != Path("/")]
     return paths
+
+
+def _grow_pipe(fd: int, size: int = 1 << 20) -> None:
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
+    except OSError:
+        pass  # the system's limit (fs.pipe-max-size) is lower: the default size works, a little slower
 
 
 class PluginProcess:
@@ -212,6 +226,8 @@ class PluginProcess:
         require_isolation(f"the {self.kind} {self.reference!r}")
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
+        for fd in (req_w, rep_w):  # episodes' gradients are tens of MB: fewer, larger pipe transfers
+            _grow_pipe(fd)
         self._staged = stage_plugin_folder(self.reference)
         cmd = bwrap_command(req_r, rep_w, shown_paths(self.reference), hidden, attacker_cache(), self._staged)
         try:

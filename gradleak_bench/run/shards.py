@@ -43,6 +43,8 @@ class EpisodeWorker:
         self.context = context
         self.blob, self.hidden = blob, hidden
         self.metric_names = [m.name for m in context.metrics]
+        # the scorer's gradient-free references (project code, fitted on train layouts) travel as objects
+        self.references = list(getattr(context, "references", []))
         self.cache = os.environ.get("GRADLEAK_BENCH_CACHE")
 
     def __getstate__(self) -> dict[str, Any]:
@@ -62,7 +64,7 @@ class EpisodeWorker:
 
     def _build(self) -> Any:
         from gradleak_bench import dataset as datasets
-        from gradleak_bench.run.evaluation import make_gradients, start_plugins
+        from gradleak_bench.run.setup import make_gradients, send_victim, start_plugins
         from gradleak_bench.run.pipeline import Context
         from gradleak_bench.victims.checkpoint import load_victim
 
@@ -81,14 +83,13 @@ class EpisodeWorker:
                 f"the worker's dataset {dataset.path} has sha256 {dataset.sha256[:16]}..., the driver's "
                 f"{self.dataset_sha256[:16]}...: run every node with the same gradleak-bench version")
         from gradleak_bench.metrics import select_metrics
-        from gradleak_bench.run.evaluation import send_victim
 
         metrics, _ = select_metrics(cfg.metrics, attack.description["fields"])
         if [m.name for m in metrics] != self.metric_names:
             raise GradleakError(f"the worker selected metrics {[m.name for m in metrics]}, the driver "
                                 f"{self.metric_names}: run every node with the same gradleak-bench version")
         n_actions = send_victim([attack, defense], victim, gradients)
-        return Context(dataset, gradients, metrics, attack, defense, cfg.defense, n_actions)
+        return Context(dataset, gradients, metrics, attack, defense, cfg.defense, n_actions, self.references)
 
     def __call__(self, unit: Unit) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None, Any]]:
         from gradleak_bench.run.pipeline import run_episode

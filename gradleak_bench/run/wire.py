@@ -20,7 +20,7 @@ from gradleak_bench.errors import PluginContractError
 
 DTYPES = frozenset({"|b1", "|u1", "|i1", "<u2", "<i2", "<u4", "<i4", "<u8", "<i8", "<f2", "<f4", "<f8"})
 MAX_HEADER = 16 << 20
-MAX_BYTES = 8 << 30  # one message's arrays; a reconstruction of a full split is far smaller
+MAX_BYTES = 2 << 30  # one message's arrays: an episode's gradients or reconstruction is far smaller
 _LEN = struct.Struct(">Q")
 
 

@@ -1,0 +1,58 @@
+"""Setting a run up: its gradient source and its plug-in processes (shared by the driver and Ray workers)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gradleak_bench.errors import GradleakError
+from gradleak_bench.run.config import EvaluateConfig
+from gradleak_bench.run.sandbox import PluginFailure, PluginProcess
+from gradleak_bench.run.victim import victim_message
+from gradleak_bench.stream.replay import EpisodeGradients
+from gradleak_bench.victims.checkpoint import LoadedVictim
+from gradleak_bench.victims.policies import env_spaces
+
+
+def start_plugins(config: EvaluateConfig, hidden: list[Path],
+                  blob: np.ndarray | None = None) -> tuple[PluginProcess, PluginProcess | None]:
+    """The run's plug-in processes (the defense none needs none: it releases the exact gradients)."""
+    attack = PluginProcess("attack", config.attack, dict(config.attack_params), config.sealed, hidden, blob)
+    defense = None
+    if config.defense != "none" or config.defense_params:
+        try:
+            defense = PluginProcess("defense", config.defense, dict(config.defense_params), config.sealed, hidden)
+        except BaseException:
+            attack.close()
+            raise
+    return attack, defense
+
+
+def send_victim(processes: list[PluginProcess | None], victim: LoadedVictim, gradients: Any) -> int:
+    """Give each plug-in process the victim's public info; returns its number of actions."""
+    header, arrays = victim_message(victim, gradients.param_shapes)
+    for proc in processes:
+        if proc is not None:
+            plugin_step(proc, "load", lambda p=proc: p.description)
+            plugin_step(proc, "victim", lambda p=proc: p.call("victim", header, arrays))
+    return int(env_spaces(victim.spec.task, victim.spec.image_size)[1].n)
+
+
+def plugin_step(proc: PluginProcess, what: str, fn: Any) -> Any:
+    try:
+        return fn()
+    except PluginFailure as exc:
+        if exc.is_gradleak:
+            raise GradleakError(exc.message) from None
+        raise GradleakError(f"{proc.kind} {proc.reference!r} failed in {what}: {exc}") from None
+
+
+def make_gradients(config: EvaluateConfig, victim: LoadedVictim) -> Any:
+    """The run's gradient source: recomputed exactly from the victim (default), or read from the
+    materialised gradient file ``config.gradients`` (gradients that come from outside the benchmark)."""
+    if config.gradients:
+        from gradleak_bench.gradient_store import GradientFile
+
+        return GradientFile(config.gradients, victim=victim)
+    return EpisodeGradients(victim.policy, victim.spec.loss, env_spaces(victim.spec.task, victim.spec.image_size)[0])
