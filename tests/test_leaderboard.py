@@ -73,6 +73,9 @@ def forge_rows(data: dict, metric: str, part: str, values: list[float]) -> dict:
     else:
         m["control"] = _summary(values)
     m["leakage"] = _summary(np.subtract(data["episodes"]["values"][metric], data["episodes"]["controls"][metric]))
+    if m.get("best_prior"):
+        prior = data["episodes"]["references"][metric][m["best_prior"]]
+        m["prior_leakage"] = _summary(np.subtract(data["episodes"]["values"][metric], prior))
     return data
 
 
@@ -212,7 +215,7 @@ def test_official_is_recomputed_never_believed(monkeypatch, tmp_path):
 # --- code binding: nothing in a JSON file is ever called ------------------------------------------------------
 
 
-def test_a_callable_in_json_is_never_called(tmp_path):
+def test_a_callable_in_json_is_never_called(tmp_path, official_results):
     marker = tmp_path / "pwned"
     command = f"touch {marker}"
     with pytest.raises(PluginLoadError, match="not a class"):  # the root: the loader calls classes only
@@ -227,7 +230,7 @@ def test_a_callable_in_json_is_never_called(tmp_path):
     with pytest.raises(InvalidEntryError, match="must be a .py file name in the entry's folder"):
         parse_entry(_set(sample_data(), "attack_code", escape))
     # a results.json naming os:system with a command parameter: submit refuses without importing anything
-    results, rows = _official_results()
+    results, rows = official_results
     bad = {**results, "attack": "os:system", "attack_params": {"command": command}}
     with pytest.raises(CodeBindingError, match="module:Class reference"):
         entry_from_results(bad, rows, "evil", ["Mallory"])
@@ -280,26 +283,25 @@ MY_ATTACK = textwrap.dedent("""
 _RUNS: dict[str, Path] = {}
 
 
-def _official_run(tmp_path_factory=None) -> Path:
-    """A complete official run of closed_form on PointNav ppo init (one per session)."""
+@pytest.fixture
+def official_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A complete official run of closed_form on PointNav ppo init, made once per session (function-scoped so
+    that the hermetic cache is already set when it runs)."""
     if "closed_form" not in _RUNS:
-        import tempfile
-
-        out = Path(tempfile.mkdtemp(prefix="gradleak-lb-run-")) / "run"
+        out = tmp_path_factory.mktemp("official-run") / "run"
         result = cli("evaluate", "closed_form", "--out", str(out), "--wandb", "disabled")
         assert result.returncode == 0, result.stderr[-3000:]
         _RUNS["closed_form"] = out
     return _RUNS["closed_form"]
 
 
-def _official_results() -> tuple[dict, list[dict]]:
-    run = _official_run()
-    return read_results(run), read_rows(run)
+@pytest.fixture
+def official_results(official_run: Path) -> tuple[dict, list[dict]]:
+    return read_results(official_run), read_rows(official_run)
 
 
-def test_submit_writes_a_valid_official_entry_bound_to_its_code(tmp_path):
-    run = _official_run()
-    result = cli("submit", str(run), "--name", "my_attack", "--authors", "A. Author, B. Author",
+def test_submit_writes_a_valid_official_entry_bound_to_its_code(tmp_path, official_run):
+    result = cli("submit", str(official_run), "--name", "my_attack", "--authors", "A. Author, B. Author",
                  "--paper", "https://example.org/paper", "--out", str(tmp_path / "entries"))
     assert result.returncode == 0, result.stderr
     path = tmp_path / "entries" / "PointNav" / "none" / "my_attack__ppo-init.json"
@@ -317,14 +319,14 @@ def test_submit_writes_a_valid_official_entry_bound_to_its_code(tmp_path):
     ({"n_failed": 2}, "2 episodes failed"),
     ({"split": "val"}, "scored split 'val'"),
 ])
-def test_submit_refuses_what_is_not_a_complete_official_run(change, needle):
-    results, rows = _official_results()
+def test_submit_refuses_what_is_not_a_complete_official_run(change, needle, official_results):
+    results, rows = official_results
     with pytest.raises(Exception, match=re.escape(needle)):
         entry_from_results({**results, **change}, rows, "closed_form", ["A"])
 
 
-def test_submit_refuses_a_summary_its_rows_do_not_give():
-    results, rows = _official_results()
+def test_submit_refuses_a_summary_its_rows_do_not_give(official_results):
+    results, rows = official_results
     forged = copy.deepcopy(results)
     forged["metrics"]["action_accuracy"]["control"] = {"mean": 0.05, "ci_low": 0.0, "ci_high": 0.6}
     with pytest.raises(InvalidEntryError, match="the entry's own rows give"):
@@ -490,7 +492,7 @@ ABSTAINER = textwrap.dedent("""
 """)
 
 
-def test_abstaining_cannot_rank_first_and_its_failed_frames_are_shown(tmp_path):
+def test_abstaining_cannot_rank_first_and_its_failed_frames_are_shown(tmp_path, official_run):
     work = tmp_path / "work"
     work.mkdir()
     (work / "abstainer.py").write_text(ABSTAINER)
@@ -498,7 +500,7 @@ def test_abstaining_cannot_rank_first_and_its_failed_frames_are_shown(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     entries = tmp_path / "entries"
     assert cli("submit", "run", "--name", "abstainer", "--authors", "A", "--out", str(entries), cwd=work).returncode == 0
-    submit(_official_run(), "closed_form", ["B"], out=entries)
+    submit(official_run, "closed_form", ["B"], out=entries)
     abstainer = schema.load_entry(entries / "PointNav" / "none" / "abstainer__ppo-init.json")
     accuracy = abstainer.metrics["action_accuracy"]
     assert accuracy.failed_frames == 192 and accuracy.mean <= 0.5  # each abstained frame scores 0

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from gradleak_bench.errors import CorruptFileError, GradleakError
+from gradleak_bench.errors import CorruptFileError
 from gradleak_bench.leaderboard import binding, checks
 from gradleak_bench.leaderboard.schema import Entry, InvalidEntryError, UnofficialDatasetError
 
