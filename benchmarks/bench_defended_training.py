@@ -152,7 +152,7 @@ def per_update(repeats: int, batch: int) -> dict:
     return out
 
 
-def training(budget: int) -> dict:
+def training(budget: int, only: list[str] | None = None) -> dict:
     spec = with_budget(get_victim("PointNav", "ppo"), budget)
     runs = {
         "sb3": None,
@@ -162,6 +162,8 @@ def training(budget: int) -> dict:
         "dp_sgd per-sample path (old)": ("dp_sgd", DP, "per_sample"),
         "quantize 8 bit (per-sample path)": ("quantize", {"bits": 8}, None),
     }
+    if only:
+        runs = {label: run for label, run in runs.items() if label == "sb3" or any(o in label for o in only)}
     out = {}
     for label, run in runs.items():
         hooks = None if run is None else DefendedUpdates(plugins.load("defense", run[0], run[1]), seed=0, path=run[2])
@@ -185,15 +187,19 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=2048)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--skip-training", action="store_true")
+    parser.add_argument("--skip-per-update", action="store_true")
+    parser.add_argument("--only", nargs="*", help="training runs whose label contains one of these (sb3 always)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     load = os.getloadavg()
     print(f"threads {args.threads}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
     results = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": args.threads,
                            "load_before": load, "torch": torch.__version__},
-               "per_update": per_update(args.repeats, args.batch)}
+               "budget": args.budget}
+    if not args.skip_per_update:
+        results["per_update"] = per_update(args.repeats, args.batch)
     if not args.skip_training:
-        results["training"] = training(args.budget)
+        results["training"] = training(args.budget, args.only)
     results["machine"]["load_after"] = os.getloadavg()
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=1))

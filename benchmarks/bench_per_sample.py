@@ -13,7 +13,9 @@ the capture checkpoint (ratio 1). Methods:
 Every per-sample method is checked against the engine's ``vmap`` path. Peak memory is each method's
 resident-set growth, measured in a fresh child process. Run::
 
-    .venv/bin/python benchmarks/bench_per_sample.py [--repeats 15] [--batch 64]
+    python benchmarks/bench_per_sample.py [--repeats 15] [--batch 64] [--threads 1]
+
+The thread count and the load average before and after are printed and stored with the results.
 """
 from __future__ import annotations
 
@@ -184,11 +186,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, as the CLI)")
     parser.add_argument("--no-memory", action="store_true", help="skip the per-method peak-memory runs")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
 
     policy, inputs = _setup(args.batch)
     fns = _methods(policy, inputs)
@@ -206,7 +208,7 @@ def main() -> None:
 
     floor, opacus = rows["batched backward"]["ms"], rows["opacus"]["ms"]
     print(f"NatureCNN PPO, 64x64x3, batch {args.batch}, {torch.get_num_threads()} threads, "
-          f"median of {args.repeats}")
+          f"median of {args.repeats}, load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after")
     print(f"{'method':18s} {'ms':>8s} {'x floor':>8s} {'vs opacus':>10s} {'rel err':>9s} {'peak MiB':>9s}")
     for method, row in rows.items():
         row["ratio_to_floor"] = row["ms"] / floor
@@ -221,7 +223,8 @@ def main() -> None:
         "setup": {"policy": "PPO CnnPolicy (NatureCNN)", "obs": [64, 64, 3], "n_actions": 5,
                   "batch": args.batch, "repeats": args.repeats, "threads": torch.get_num_threads(),
                   "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
-                  "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE", "")},
+                  "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE", ""),
+                  "load_average_before": load_before, "load_average_after": os.getloadavg()},
         "results": rows,
     }, indent=2))
     print(f"wrote {RESULTS}")
