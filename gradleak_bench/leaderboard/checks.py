@@ -78,9 +78,10 @@ def possible_problems(entry: Entry) -> list[str]:
             if iv is not None and not (lo <= iv.ci_low and iv.ci_high <= hi and lo <= iv.mean <= hi):
                 found.append(f"metrics.{name}{part}: {iv.mean} [{iv.ci_low}, {iv.ci_high}] is not within the "
                              f"metric's range [{lo}, {hi}]")
-        if m.leakage is not None and not (lo - hi) <= m.leakage.ci_low <= m.leakage.ci_high <= (hi - lo):
-            found.append(f"metrics.{name}.leakage: [{m.leakage.ci_low}, {m.leakage.ci_high}] is not within "
-                         f"[{lo - hi}, {hi - lo}]")
+        for part, leak in (("leakage", m.leakage), ("prior_leakage", getattr(m, "prior_leakage", None))):
+            if leak is not None and not (lo - hi) <= leak.ci_low <= leak.ci_high <= (hi - lo):
+                found.append(f"metrics.{name}.{part}: [{leak.ci_low}, {leak.ci_high}] is not within "
+                             f"[{lo - hi}, {hi - lo}]")
         if m.n != n:
             found.append(f"metrics.{name}.n is {m.n}, but {n} episodes are shipped")
         if not 0 <= m.failed_frames <= sum(rows.frames):
@@ -165,7 +166,8 @@ def _prior_problems(name: str, m: MetricResult, values, refs: dict, seed: int, c
 
 
 def leakage_baseline(m: MetricResult, controls, references: dict) -> list[float] | None:
-    """The per-episode values leakage is measured against: the no-leak control."""
+    """The per-episode values ``m.leakage`` is measured against: the no-leak control (the run's rule,
+    :func:`gradleak_bench.run.scorer.summarise_metrics`; the prior leakage is checked on its own)."""
     return None if controls is None else list(controls)
 
 
