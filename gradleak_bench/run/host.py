@@ -141,10 +141,14 @@ def serve(fd_in: int, fd_out: int) -> None:
         if op == "exit":
             return
         try:
-            reply, out = handlers[op](header, arrays)
+            try:
+                reply, out = handlers[op](header, arrays)
+            except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the scorer decides
+                wire.send(fd_out, _error(exc))
+                continue
             wire.send(fd_out, {"ok": True, **reply}, out)
-        except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the scorer decides
-            wire.send(fd_out, _error(exc))
+        except wire.PeerClosed:  # the scorer stopped (an error of its own, Ctrl-C): nothing left to answer
+            return
 
 
 def _error(exc: BaseException) -> dict[str, Any]:

@@ -144,6 +144,10 @@ def stage_plugin_folder(reference: str) -> tuple[Path, Path] | None:
     module = reference.partition(":")[0]
     if not (module.endswith(".py") or "/" in module or "\\" in module):
         return None
+    if not Path(module).is_file():
+        from gradleak_bench.errors import PluginLoadError
+
+        raise PluginLoadError(f"plug-in file {module} does not exist")
     folder = Path(module).resolve().parent
     staging = Path(tempfile.mkdtemp(prefix="gradleak-plugin-"))
     os.chmod(staging, 0o755)
