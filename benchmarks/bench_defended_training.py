@@ -6,7 +6,8 @@
    * ``sb3``: SB3's forward + backward of the minibatch mean loss (what plain training does per update);
    * ``mean path``: the same (``none``, ``temporal_mean``, ... read SB3's own ``.grad``) + ``gaussian_noise``'s
      noise on the mean, per-sample draws or the one equivalent draw (``train_noise=mean``);
-   * ``norms path``: ``sb3`` + ghost norms and the clipped mean (``dp_sgd``), literal or equivalent draws;
+   * ``norms path``: ``sb3`` + ghost norms and the clipped mean (``dp_sgd``) by the engine (a second pass),
+     literal or equivalent draws, and read off SB3's own pass (``MeanLossCapture``, what training uses);
    * ``per-sample path``: ``sb3`` + every per-sample gradient + ``release`` (``dp_sgd`` forced literal, ``quantize``);
    * ``opacus dp-sgd``: Opacus 1.6 ``GradSampleModule`` + ``DPOptimizer.pre_step`` (per-sample gradients
      materialised, clipped, noised), contiguous input (Opacus gets channels-last conv gradients wrong).
@@ -37,7 +38,7 @@ import torch
 
 from gradleak_bench import plugins
 from gradleak_bench.records import GradientStream
-from gradleak_bench.stream.per_sample import LossInputs, PerSampleGradients
+from gradleak_bench.stream.per_sample import LossInputs, MeanLossCapture, PerSampleGradients
 from gradleak_bench.victims import load_victim
 from gradleak_bench.victims.defended import DefendedUpdates, cheap_update, literal_update
 from gradleak_bench.victims.training import train_resumable, with_budget
@@ -119,6 +120,16 @@ def per_update(repeats: int, batch: int) -> dict:
             cheap_update(defense, mean, shapes, batch, np.random.default_rng(0))
         return run
 
+    capture = MeanLossCapture(policy, engine.param_names)
+
+    def observed_norms_path(defense):
+        def run():  # what training does: norms read off SB3's own pass
+            capture.arm()
+            _sb3_backward(policy, engine, inputs)
+            _, mean = capture.norms_and_weighted_mean(batch, defense.clip_factors)
+            cheap_update(defense, mean, shapes, batch, np.random.default_rng(0))
+        return run
+
     def literal_path(defense):
         def run():
             _sb3_backward(policy, engine, inputs)
@@ -131,6 +142,7 @@ def per_update(repeats: int, batch: int) -> dict:
         "mean path, gaussian_noise train_noise=mean": mean_path(defenses["gaussian_noise mean"]),
         "norms path, dp_sgd per-sample draws": norms_path(defenses["dp_sgd"]),
         "norms path, dp_sgd train_noise=mean": norms_path(defenses["dp_sgd mean"]),
+        "norms path from SB3's pass, dp_sgd train_noise=mean": observed_norms_path(defenses["dp_sgd mean"]),
         "per-sample path, dp_sgd (old default)": literal_path(defenses["dp_sgd"]),
         "per-sample path, quantize 8 bit": literal_path(defenses["quantize"]),
         "opacus dp-sgd": _opacus(policy, inputs),
@@ -164,6 +176,8 @@ def training(budget: int, only: list[str] | None = None) -> dict:
     }
     if only:
         runs = {label: run for label, run in runs.items() if label == "sb3" or any(o in label for o in only)}
+    with tempfile.TemporaryDirectory() as tmp:  # warm-up: the first model and environments of a process cost more
+        train_resumable(with_budget(spec, 256), Path(tmp), "warm-up", progress=False)
     out = {}
     for label, run in runs.items():
         hooks = None if run is None else DefendedUpdates(plugins.load("defense", run[0], run[1]), seed=0, path=run[2])

@@ -6,9 +6,9 @@ against plain SB3 training.
    parameters per step); the median time of ``release`` divided by 8 is the overhead per released step,
    beside the time to compute the exact per-sample gradients themselves.
 2. **Training throughput.** ``train_resumable`` of a victim at a small budget, plain SB3 vs the same run
-   with :class:`~gradleak_bench.victims.defended.DefendedUpdates` and the ``none`` defense (per-sample
-   gradients of every minibatch, released and averaged: the fixed cost of defended training), and with
-   ``dp_sgd``. Environment steps per second, one process, one thread.
+   with :class:`~gradleak_bench.victims.defended.DefendedUpdates` and the ``none`` defense (its declared
+   mean path), and with ``dp_sgd`` (its norms path, literal noise draws). Environment steps per second, one
+   process, one thread. ``benchmarks/bench_defended_training.py`` compares the paths (and Opacus) in detail.
 
 Run (one thread, as everywhere on the 2-core machine)::
 
@@ -96,7 +96,8 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=2048)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    results = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+    results = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": 1,
+                           "load_average_before": os.getloadavg(),
                            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "torch": torch.__version__},
                "release": release_overhead(args.repeats), "training": {}}
     for task, victim in (("PointNav", "ppo"), ("ActivePerception", "dqn_compact"), ("ActivePerception", "reinforce")):
