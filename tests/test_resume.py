@@ -173,6 +173,19 @@ def test_gradient_file_roundtrip_streaming_and_scoring(tmp_path):
                                      out=str(tmp_path / "run"), gradients=str(path)), progress=False)
     assert result.n_failed == 0
     assert result.summary["metrics"]["action_accuracy"]["mean"] == 1.0
+    # an attack with fit works with external gradients: its AuxiliaryData has its own engine
+    plugin = tmp_path / "fits.py"
+    plugin.write_text(textwrap.dedent("""
+        from gradleak_bench.baselines.attacks.closed_form import ClosedFormAction
+        class Fits(ClosedFormAction):
+            name = "fits"
+            def fit(self, victim, auxiliary):
+                episode, stream = next(auxiliary.collect(max_episodes=1))
+                assert stream.length == episode.length and set(stream.tensors) == set(victim.gradient_shapes)
+    """))
+    fitted = evaluate(EvaluateConfig(attack=f"{plugin}:Fits", victim="ppo_compact", episodes=2, wandb="disabled",
+                                     out=str(tmp_path / "fitted"), gradients=str(path)), progress=False)
+    assert fitted.n_failed == 0 and fitted.summary["fit_seconds"] > 0
 
     # a half-written file (writer killed before close) is never read as complete
     writer = GradientWriter(tmp_path / "half.h5", dict(grads.meta))
