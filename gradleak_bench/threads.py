@@ -31,14 +31,20 @@ def check_threads(threads: int | None) -> None:
                             "Pass e.g. --threads 1 (the default for evaluation) or leave it out.")
 
 
-def apply_threads(threads: int | None, command: str | None) -> int:
-    """Set torch's intra-op thread count for ``command``; returns the count in effect."""
-    import torch
+def apply_threads(threads: int | None, command: str | None) -> int | None:
+    """Set torch's intra-op thread count for ``command``; returns the count set (``None``: torch's own).
+
+    Through ``OMP_NUM_THREADS`` when torch is not imported yet (torch reads it at import, capped at the CPU
+    count; commands that never import torch do not pay for importing it here), which worker processes
+    (sandboxed attacks, executors) inherit too.
+    """
+    import sys
 
     check_threads(threads)
-    if threads is None:
-        threads = torch.get_num_threads() if command in TRAINING_COMMANDS else SMALL_BATCH_THREADS
-    torch.set_num_threads(threads)
-    # Worker processes (sandboxed attacks, executors) inherit the environment, not this call.
+    if threads is None and command in TRAINING_COMMANDS:
+        return None
+    threads = SMALL_BATCH_THREADS if threads is None else threads
     os.environ["OMP_NUM_THREADS"] = str(threads)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
     return threads
