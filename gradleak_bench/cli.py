@@ -192,14 +192,17 @@ def evaluate(
     resume: bool = typer.Option(True, help="resume an interrupted run of the same config in OUT (--no-resume: start afresh)"),
     gradients: Optional[Path] = typer.Option(None, help="score gradients from this file (gradleak-bench-gradients "
                                              "HDF5, docs/scale-out.md) instead of recomputing them"),
-    unsealed: bool = typer.Option(False, "--unsealed", help="debugging only: run the attack and defense inside the "
-                                  "scorer's process (they could read the truth); marked in results.json, never "
-                                  "submittable"),
+    sealed: Optional[bool] = typer.Option(None, "--sealed/--unsealed", help="--sealed: refuse to run unless the "
+                                          "plug-ins can be isolated; --unsealed (debugging only): run them inside the "
+                                          "scorer's process, where they could read the truth (marked in results.json, "
+                                          "never submittable). Default: sealed where the OS can isolate, else unsealed "
+                                          "with a warning"),
 ) -> None:
     """Score an attack on a task's held-out episodes, behind a defense.
 
     The attack and the defense each run sealed in their own process (an unprivileged user in Linux namespaces,
-    via bubblewrap): they get only what the threat model gives them (docs/evaluate.md).
+    via bubblewrap): they get only what the threat model gives them (docs/evaluate.md). Without bubblewrap the
+    run is unsealed, with a warning, and cannot be submitted.
 
     Writes OUT/results.json (metrics with 95% bootstrap CIs, the control and the leakage = metric - control),
     OUT/episodes.csv (one row per episode), reconstruction pictures when images are reconstructed, and a W&B
@@ -218,7 +221,7 @@ def evaluate(
         episodes=episodes, seed=seed, dataset_seed=dataset_seed, protocol=protocol, attack_params=plugins.parse_params(attack_param),
         defense_params=plugins.parse_params(defense_param), out=str(out), wandb=wandb, control=control,
         metrics=list(metric) or None, executor=executor, ray_address=ray_address, shard_size=shard_size,
-        gradients=str(gradients) if gradients else None, sealed=not unsealed,
+        gradients=str(gradients) if gradients else None, sealed=sealed,
     )
     from gradleak_bench.run.executors import get_executor
 

@@ -174,3 +174,17 @@ def test_victim_info_copies_a_policy_that_has_already_run_forward():
     assert info.policy is not victim.policy
     for (name, a), (_, b) in zip(info.policy.state_dict().items(), victim.policy.state_dict().items()):
         assert torch.equal(a, b), name
+
+
+def test_without_isolation_the_default_run_is_unsealed_and_says_so(tmp_path, monkeypatch):
+    """The README's main job must run on a machine without bubblewrap: the default (sealed=None) falls back
+    to an unsealed run with a warning, marked in results.json (submit refuses it); --sealed refuses instead."""
+    from gradleak_bench.errors import GradleakError
+    from gradleak_bench.run import sandbox
+
+    monkeypatch.setattr(sandbox, "isolation", lambda: (None, "bubblewrap (bwrap) is not installed"))
+    with pytest.warns(UserWarning, match="UNSEALED"):
+        result = _run(tmp_path, episodes=2, control=False, priors=False)
+    assert result.summary["sealed"] is False and result.summary["isolation"] is None
+    with pytest.raises(GradleakError, match="apt-get install bubblewrap"):
+        _run(tmp_path / "b", episodes=2, sealed=True)

@@ -7,6 +7,7 @@ gradients and step indices and answers with plain arrays.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -86,7 +87,7 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
     from gradleak_bench.paths import cache_dir
 
     task = get_task(config.task)
-    mechanism = _sealing(config, fresh)
+    config, mechanism = _sealing(config, fresh)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     hidden = [cache_dir(), out.resolve()]
@@ -138,16 +139,25 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
             defense.close()
 
 
-def _sealing(config: EvaluateConfig, fresh: FreshLayouts | None) -> str | None:
-    if config.sealed:
-        from gradleak_bench.run.sandbox import require_isolation
+def _sealing(config: EvaluateConfig, fresh: FreshLayouts | None) -> tuple[EvaluateConfig, str | None]:
+    """``config`` with ``sealed`` decided (``None`` = where the OS can isolate), and the isolation mechanism."""
+    from gradleak_bench.run.sandbox import INSTALL_HINT, isolation, require_isolation
 
-        return require_isolation(f"the plug-ins of this run ({config.attack}, defense {config.defense})")
+    if config.sealed is None:
+        available, reason = isolation()
+        if available is None and fresh is None:
+            warnings.warn(f"no isolation on this machine ({reason}): this run is UNSEALED, so its plug-ins could "
+                          f"read the truth; it is marked unsealed and cannot be submitted. To seal: {INSTALL_HINT}",
+                          stacklevel=3)
+            return dataclasses.replace(config, sealed=False), None
+        config = dataclasses.replace(config, sealed=True)
+    if config.sealed:
+        return config, require_isolation(f"the plug-ins of this run ({config.attack}, defense {config.defense})")
     if fresh is not None:
         raise GradleakError("fresh-layout scoring is for verification and is always sealed; drop --unsealed")
     warnings.warn("unsealed run: the plug-ins run inside the scorer's process and could read the truth; the "
                   "results are marked unsealed and can never be submitted", stacklevel=3)
-    return None
+    return config, None
 
 
 def _attack_fields(attack: PluginProcess) -> tuple[str, ...]:
