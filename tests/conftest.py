@@ -6,14 +6,28 @@ import os
 import pytest
 
 
+def hermetic_environment(factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The variables every test runs under; processes the tests start themselves (a module's Ray cluster)
+    get them too, so their caches and prior fits are the test's."""
+    return {
+        "GRADLEAK_BENCH_CACHE": str(_shared_cache(factory)),
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "WANDB_DIR": str(factory.getbasetemp()),
+        # Gradient-free priors fitted on 16 train steps, not 4096: every evaluate fits them (gradleak_bench/priors.py).
+        "GRADLEAK_BENCH_PRIOR_STEPS": "16",
+    }
+
+
 @pytest.fixture(autouse=True)
 def _hermetic(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GRADLEAK_BENCH_CACHE", str(_shared_cache(tmp_path_factory)))
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path_factory.getbasetemp()))
-    # Gradient-free priors fitted on 16 train steps, not 4096: every evaluate fits them (gradleak_bench/priors.py).
-    monkeypatch.setenv("GRADLEAK_BENCH_PRIOR_STEPS", "16")
+    for name, value in hermetic_environment(tmp_path_factory).items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture(scope="session")
+def hermetic_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return hermetic_environment(tmp_path_factory)
 
 
 def _shared_cache(factory: pytest.TempPathFactory):

@@ -17,9 +17,11 @@ from gradleak_bench.run.executors import get_executor
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
+def ray_cluster(hermetic_env):
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # A module fixture starts before the per-test environment: give the workers the tests' variables
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": hermetic_env})
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import a test module
     yield ray
     ray.shutdown()
