@@ -149,11 +149,19 @@ class GradientFile:
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         return dict(zip(self.names, self.shapes))
 
-    def check_dataset(self, sha256: str) -> None:
-        if self.meta.get("dataset_sha256") not in (None, sha256):
+    def check_dataset(self, dataset: Any) -> None:
+        """The file's episodes must be the run's: the same split identity (another machine's copy of the split
+        has other float bits, so the content sha256 only binds files without an identity, exported before)."""
+        exported = self.meta.get("dataset_identity")
+        if exported is not None:
+            if exported != dataset.identity:
+                raise InvalidGradientError(
+                    f"{self.path} was exported from dataset {self.meta.get('dataset')} (identity {exported[:16]}...), "
+                    f"not the run's ({dataset.identity[:16]}...)")
+        elif self.meta.get("dataset_sha256") not in (None, dataset.sha256):
             raise InvalidGradientError(
                 f"{self.path} was exported from dataset {self.meta.get('dataset')} (sha256 "
-                f"{str(self.meta.get('dataset_sha256'))[:16]}...), not the run's ({sha256[:16]}...)")
+                f"{str(self.meta.get('dataset_sha256'))[:16]}...), not the run's ({dataset.sha256[:16]}...)")
 
     def flat(self, episode_id: str) -> np.ndarray:
         """The ``(T, D)`` gradients of one episode, in the file's dtype."""
@@ -300,7 +308,7 @@ def export_gradients(out: str | Path, task: str = "PointNav", victim: str | None
     shapes = PerSampleGradients(loaded.policy, loaded.spec.loss).param_shapes
     meta = {"task": ds_config.task, "victim": ds_config.victim, "checkpoint": checkpoint,
             "checkpoint_id": loaded.checkpoint_id, "loss": loaded.spec.loss.to_dict(), "dataset": ds_config.key,
-            "dataset_sha256": dataset.sha256, "param_names": list(shapes),
+            "dataset_sha256": dataset.sha256, "dataset_identity": dataset.identity, "param_names": list(shapes),
             "param_shapes": [list(s) for s in shapes.values()], "source": "gradleak-bench export-gradients"}
     ids = list(dataset.episode_ids)
     worker = _ExportWorker(ds_config.task, ds_config.victim, checkpoint, ds_config)

@@ -113,7 +113,7 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
             dataset = datasets.load_or_generate(ds_config, progress=progress)
             official = datasets.check_official(dataset)
         if hasattr(gradients, "check_dataset"):  # external gradients must belong to this dataset's episodes
-            gradients.check_dataset(dataset.sha256)
+            gradients.check_dataset(dataset)
         episode_ids = select_episodes(dataset, config.episodes, config.sample_seed)
         metrics, notes = select_metrics(config.metrics, fields, f"attack {attack.description['name']!r}")
         if not metrics:
@@ -288,7 +288,7 @@ class _Run:
         if remote and self.context.attack.has("fit"):
             blob = plugin_step(self.context.attack, "export", lambda: self.context.attack.call("export")[1]["blob"])
         units = plan_units([(i, self.episode_ids[i], self.seeds[i]) for i in todo], self.config.shard_size)
-        worker = EpisodeWorker(self.config, self.dataset.config, self.dataset.sha256, key, self.context, blob,
+        worker = EpisodeWorker(self.config, self.dataset.config, self.dataset.identity, key, self.context, blob,
                                tuple(str(p) for p in self.hidden))
         if remote:
             worker.context = None  # a Ray worker builds its own, with its own sealed plug-in processes

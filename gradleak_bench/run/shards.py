@@ -37,9 +37,9 @@ class EpisodeWorker:
     """``worker(unit) -> [(row dict, reconstruction arrays or None, truth or None), ...]``; the truth comes back
     only from a local worker (the driver's controls use it instead of reading it again)."""
 
-    def __init__(self, config: Any, dataset_config: Any, dataset_sha256: str, key: str, context: Any,
+    def __init__(self, config: Any, dataset_config: Any, dataset_identity: str, key: str, context: Any,
                  blob: np.ndarray | None = None, hidden: tuple[str, ...] = ()):
-        self.config, self.dataset_config, self.dataset_sha256, self.key = config, dataset_config, dataset_sha256, key
+        self.config, self.dataset_config, self.dataset_identity, self.key = config, dataset_config, dataset_identity, key
         self.context = context
         self.blob, self.hidden = blob, hidden
         self.metric_names = [m.name for m in context.metrics]
@@ -76,12 +76,14 @@ class EpisodeWorker:
         gradients = make_gradients(cfg, victim)
         path = datasets.default_path(self.dataset_config)
         dataset = datasets.open_dataset(path) if path.is_file() else None
-        if dataset is None or dataset.sha256 != self.dataset_sha256:
+        # The split identity, not the content sha256: a node with another CPU writes other float bits for the
+        # same episodes (docs/tasks.md, "Split identity").
+        if dataset is None or dataset.identity != self.dataset_identity:
             dataset = datasets.load_or_generate(self.dataset_config, progress=False)
-        if dataset.sha256 != self.dataset_sha256:
+        if dataset.identity != self.dataset_identity:
             raise ChecksumMismatchError(
-                f"the worker's dataset {dataset.path} has sha256 {dataset.sha256[:16]}..., the driver's "
-                f"{self.dataset_sha256[:16]}...: run every node with the same gradleak-bench version")
+                f"the worker's dataset {dataset.path} has identity {dataset.identity[:16]}..., the driver's "
+                f"{self.dataset_identity[:16]}...: run every node with the same gradleak-bench version")
         from gradleak_bench.metrics import select_metrics
 
         metrics, _ = select_metrics(cfg.metrics, attack.description["fields"])
