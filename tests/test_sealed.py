@@ -252,3 +252,16 @@ class Marker(ClosedFormAction):
     assert result.summary["metrics"]["action_accuracy"]["mean"] == 1.0
     assert {m for m in sys.modules if m.startswith("gradleak_bench_user_plugin_")} == before
     assert json.loads((tmp_path / "run" / "results.json").read_text())["isolation"].startswith("bwrap")
+
+
+def test_a_file_plugin_named_relative_to_the_working_directory_runs_sealed(tmp_path, monkeypatch):
+    (tmp_path / "mine.py").write_text(textwrap.dedent("""
+        from gradleak_bench.baselines.attacks.closed_form import ClosedFormAction
+
+        class Mine(ClosedFormAction):
+            name = "mine"
+    """))
+    monkeypatch.chdir(tmp_path)
+    result = _run(tmp_path, "mine.py:Mine", priors=False)
+    assert [r.status for r in result.rows] == ["ok", "ok"]
+    assert result.summary["metrics"]["action_accuracy"]["mean"] == 1.0

@@ -136,6 +136,15 @@ def bwrap_command(fd_in: int, fd_out: int, shown: Iterable[Path], hidden: Iterab
     return cmd
 
 
+def absolute_file_reference(reference: str) -> str:
+    """``path/to/file.py:Class`` with the path made absolute (relative to this process's working directory);
+    any other reference unchanged."""
+    module, sep, name = reference.partition(":")
+    if sep and module.endswith(".py") and Path(module).is_file():
+        return f"{Path(module).resolve()}:{name}"
+    return reference
+
+
 def stage_plugin_folder(reference: str) -> tuple[Path, Path] | None:
     """A file plug-in's folder as the plug-in process sees it: a copy of its ``.py`` files only (not its data,
     not a run folder or cache that may sit beside it), readable by the unprivileged user."""
@@ -211,6 +220,7 @@ class PluginProcess:
 
     def __init__(self, kind: str, reference: str, params: dict[str, Any], sealed: bool,
                  hidden: Iterable[Path] = (), blob: np.ndarray | None = None):
+        reference = absolute_file_reference(reference)  # the sealed process runs in its own /tmp
         self.kind, self.reference, self.sealed = kind, reference, sealed
         self._proc: subprocess.Popen | None = None
         self._staged: tuple[Path, Path] | None = None
