@@ -529,6 +529,7 @@ def test_markdown_has_one_sorted_table_per_task_and_defense_with_failed_frames()
     header = next(line for line in section.splitlines() if line.startswith("| #"))
     assert "action_accuracy failed frames" in header
     rows = [line for line in section.splitlines() if line.startswith("| ") and "closed" in line]
+    assert "leakage vs best prior" in header.split("|")[5]  # the headline column, the ranking key
     leak = [float(r.split("|")[5].split("[")[0]) for r in rows]
     assert leak == sorted(leak, reverse=True) and len(rows) >= 2
 

@@ -1,7 +1,8 @@
 """``gradleak-bench leaderboard``: render the entries to ``leaderboard/README.md`` (one Markdown table per task
 and defense) and a self-contained ``leaderboard/index.html`` (inline CSS and JS, sortable columns).
 
-Rows are sorted by the leakage (metric - control) of the task's primary metric
+Rows are sorted by the leakage over the best gradient-free prior (metric - best prior; where an entry has no
+priors, metric - control) of the task's primary metric
 (:data:`~gradleak_bench.leaderboard.schema.PRIMARY_METRIC`), best first in the metric's own direction; only
 entries on the official split are ranked (recomputed from the manifest, never read from the entry), the others
 follow unranked. An entry that is impossible or disagrees with its own per-episode rows is refused
@@ -40,7 +41,8 @@ def _rank_key(entry: Entry) -> tuple:
     unranked = not checks.is_official(entry)
     if m is None:
         return (unranked, 1, 0.0, entry.attack, entry.victim)
-    stat = m.leakage or m
+    # The headline leakage is over the strongest thing the attacker knows without the gradient (docs/priors.md)
+    stat = getattr(m, "prior_leakage", None) or m.leakage or m
     return (unranked, 0, -stat.mean if m.higher_is_better else stat.mean, entry.attack, entry.victim)
 
 
@@ -77,8 +79,8 @@ def columns(entries: list[Entry]) -> list[Column]:
         iv = None if m is None else (m if part == "metric" else getattr(m, part))
         return _interval(iv), (iv.mean if iv is not None else -math.inf)
 
-    cols += [Column(f"{primary} leakage", [stat(e, primary, "leakage") for e in entries]),
-             Column(f"{primary} leakage vs best prior", [_prior(e, primary) for e in entries]),
+    cols += [Column(f"{primary} leakage vs best prior", [_prior(e, primary) for e in entries]),
+             Column(f"{primary} leakage vs control", [stat(e, primary, "leakage") for e in entries]),
              Column(f"{primary}", [stat(e, primary, "metric") for e in entries]),
              Column(f"{primary} control", [stat(e, primary, "control") for e in entries])]
     for name in others:
@@ -131,8 +133,8 @@ episodes with 95% bootstrap CIs; the **control** is the same attack fed another 
 its prior alone achieves) and **leakage** = metric - control; **leakage vs best prior** = metric - the best
 gradient-free prior fitted on train layouts ([docs/priors.md](../docs/priors.md)), where the run scored priors.
 A frame without a finite reconstruction scores the metric's worst value and is counted in **failed frames**.
-Tables rank the entries on the official split (recomputed from the split manifest) by the leakage of the
-task's primary metric; others are listed unranked. The same tables, sortable, are in [index.html](index.html).
+Tables rank the entries on the official split (recomputed from the split manifest) by the leakage vs best
+prior of the task's primary metric (vs control where an entry has no priors); others are listed unranked. The same tables, sortable, are in [index.html](index.html).
 """
 
 
@@ -158,7 +160,7 @@ def render_markdown(entries: list[Entry]) -> str:
         parts.append("\nNo entries yet.\n")
     for (task, defense), rows in group(entries).items():
         cols = columns(rows)
-        parts.append(f"\n## {task}, defense `{defense}`\n\nSorted by `{rows[0].primary()[0]}` leakage.\n")
+        parts.append(f"\n## {task}, defense `{defense}`\n\nSorted by `{rows[0].primary()[0]}` leakage vs best prior.\n")
         parts.append("| " + " | ".join(c.title for c in cols) + " | links |")
         parts.append("|" + "---|" * (len(cols) + 1))
         for i, e in enumerate(rows):

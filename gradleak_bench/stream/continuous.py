@@ -22,8 +22,7 @@ policy, which would make the gradient depend on more than the checkpoint.
 """
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +33,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from gradleak_bench.records import LossSpec
+from gradleak_bench.stream.per_sample import LossInputs, distribution_validation_off
 
 CONTINUOUS_ALGOS = ("ppo", "sac")
 Obs = torch.Tensor | Mapping[str, torch.Tensor]
@@ -42,7 +42,7 @@ _SQUASH_EPS = 1e-6
 
 
 @dataclass(frozen=True)
-class ContinuousLossInputs:
+class ContinuousLossInputs(LossInputs):
     """A batch of continuous-action samples in the policy's input format, each differentiated on its own.
 
     Attributes:
@@ -56,29 +56,7 @@ class ContinuousLossInputs:
         noise: ``(B, d)`` SAC standard-normal draws of the actor loss's reparameterised action.
     """
 
-    obs: Obs
-    actions: torch.Tensor
-    advantages: torch.Tensor | None = None
-    returns: torch.Tensor | None = None
-    old_log_prob: torch.Tensor | None = None
-    q_targets: torch.Tensor | None = None
     noise: torch.Tensor | None = None
-
-    @property
-    def batch_size(self) -> int:
-        return int(self.actions.shape[0])
-
-
-@contextlib.contextmanager
-def _validation_off() -> Iterator[None]:
-    """torch.distributions' argument checks branch on values, which ``vmap`` cannot trace; they never change
-    a value."""
-    previous = torch.distributions.Distribution._validate_args
-    torch.distributions.Distribution.set_default_validate_args(False)
-    try:
-        yield
-    finally:
-        torch.distributions.Distribution.set_default_validate_args(previous)
 
 
 def _one(obs: Obs) -> Obs:
@@ -208,7 +186,7 @@ class ContinuousPerSampleGradients:
         samples = self._samples(inputs)
         params = {f"policy.{n}": p.detach() for n, p in self.policy.named_parameters()}
         columns = []
-        with torch.no_grad(), _validation_off():
+        with torch.no_grad(), distribution_validation_off():
             for module, _ in self._parts:
                 one = lambda s, m=module: functional_call(m, params, (s,), tie_weights=False)  # noqa: E731
                 columns.append(vmap(one, chunk_size=self.chunk_size)(samples))
@@ -225,7 +203,7 @@ class ContinuousPerSampleGradients:
         def loss_of(trained_params: dict[str, torch.Tensor], sample: Mapping[str, Any]) -> torch.Tensor:
             return functional_call(module, {**frozen, **trained_params}, (sample,), tie_weights=False)
 
-        with _validation_off():
+        with distribution_validation_off():
             per_sample = vmap(grad(loss_of), in_dims=(None, 0), chunk_size=self.chunk_size)(trained, samples)
         return {n: per_sample[f"policy.{n}"].float() for n in names}
 

@@ -66,7 +66,7 @@ class LossInputs:
 
 
 @contextlib.contextmanager
-def _distribution_validation_off() -> Iterator[None]:
+def distribution_validation_off() -> Iterator[None]:
     """Turn off torch.distributions argument checks, restoring the previous default afterwards.
 
     The checks branch on tensor values (``if not valid.all(): raise``), which ``vmap`` cannot trace. They
@@ -247,7 +247,7 @@ class PerSampleGradients:
             self._check_out(out, inputs.batch_size)
         if self._fast is not None:
             try:
-                with _distribution_validation_off():
+                with distribution_validation_off():
                     return self._fast_in_chunks(samples, inputs.batch_size, out)
             except _NotLayerwise:
                 self._fast = None  # this policy's forward pass needs the general path, now and later
@@ -283,7 +283,7 @@ class PerSampleGradients:
         batch = inputs.batch_size
         if self._fast is not None:
             try:
-                with _distribution_validation_off():
+                with distribution_validation_off():
                     return self._fast.norms_and_weighted_mean(samples, batch, weights)
             except _NotLayerwise:
                 self._fast = None
@@ -304,7 +304,7 @@ class PerSampleGradients:
         def one(sample: Mapping[str, torch.Tensor]) -> torch.Tensor:
             return functional_call(self._module, params, (sample,), tie_weights=False)
 
-        with torch.no_grad(), _distribution_validation_off():
+        with torch.no_grad(), distribution_validation_off():
             return vmap(one, chunk_size=self.chunk_size)(samples)
 
     # -- internals ------------------------------------------------------------------------------------
@@ -347,7 +347,7 @@ class PerSampleGradients:
             # named_parameters() are passed and the shared module object carries them to every alias.
             return functional_call(self._module, {**frozen, **trained_params}, (sample,), tie_weights=False)
 
-        with _distribution_validation_off():
+        with distribution_validation_off():
             per_sample = vmap(grad(loss_of), in_dims=(None, 0), chunk_size=self.chunk_size)(trained, samples)
         return {name: per_sample[f"policy.{name}"].float() for name in self._names}
 
