@@ -368,20 +368,19 @@ def test_verify_rule_on_known_numbers():
 
 
 def _committed_entries() -> list:
-    """Every committed entry; the optimisation attacks' re-runs take minutes on a loaded 2-core machine (dlg
-    228 s, idlg 366 s at 4 episodes), so they run with the slow tests (`pytest -m slow`)."""
-    return [pytest.param(p, id=str(p.relative_to(ENTRIES)),
-                         marks=() if p.name.startswith("closed_form__") else pytest.mark.slow)
+    """Every committed entry, with the episodes its re-run uses: 4 for the closed-form entries, 2 for the
+    optimisation attacks (their quick presets take about a minute per episode on a loaded 2-core machine)."""
+    return [pytest.param(p, 4 if p.name.startswith("closed_form__") else 2, id=str(p.relative_to(ENTRIES)))
             for p in sorted(ENTRIES.rglob("*.json"))]
 
 
-@pytest.mark.parametrize("path", _committed_entries())
-def test_every_committed_entry_reverifies(path):
-    """CI re-verifies every committed entry: a real, sealed re-run of its bound code on 4 seeded episodes. The
-    gradient-free priors are not re-fitted here (about a minute per checkpoint; the suite fits them on 16
+@pytest.mark.parametrize("path,episodes", _committed_entries())
+def test_every_committed_entry_reverifies(path, episodes):
+    """CI re-verifies every committed entry: a real, sealed re-run of its bound code on a few seeded episodes.
+    The gradient-free priors are not re-fitted here (about a minute per checkpoint; the suite fits them on 16
     steps, the entries on the full train split); their rows are checked against the summary all the same."""
-    verification = verify_file(path, episodes=4, seed=0, fresh_layouts=0, priors=False)
-    assert len(verification.episode_ids) == 4
+    verification = verify_file(path, episodes=episodes, seed=0, fresh_layouts=0, priors=False)
+    assert len(verification.episode_ids) == episodes
     assert verification.ok, verification.failures()
     names = {c.metric for c in verification.checks}
     primary = schema.PRIMARY_METRIC[verification.entry.task]
