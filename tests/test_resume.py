@@ -22,7 +22,7 @@ from gradleak_bench.run.store import STATE_DIR, AppendLog, RunStore, read_log
 # The attack runs sealed: it sees no environment variable and no folder of the test, only its own writable
 # cache (GRADLEAK_BENCH_CACHE inside its process), where the test reads its calls log and sets BLOCK_AT.
 SLOW_ATTACK = textwrap.dedent("""
-    import os, time
+    import os, threading
     from gradleak_bench.baselines.attacks.closed_form import ClosedFormAction
 
     TAG = "{tag}"
@@ -38,8 +38,7 @@ SLOW_ATTACK = textwrap.dedent("""
             block = os.path.join(root, TAG + "-block_at")
             if os.path.exists(block) and episode.key == open(block).read():
                 open(os.path.join(root, TAG + "-blocked"), "w").close()
-                while True:
-                    time.sleep(1)
+                threading.Event().wait()  # never set: blocks until the test kills the run
             return super().reconstruct(episode, victim)
 """)
 

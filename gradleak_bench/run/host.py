@@ -31,6 +31,8 @@ class Host:
 
         self.kind = h["kind"]
         if "blob" in a:  # a fitted attack exported by another plug-in process of this run (Ray workers)
+            # Unpickled only here, inside the plug-in's own sandbox, from the same plug-in's export: it can run
+            # no code the plug-in could not run anyway. The scorer never unpickles it, and it is never a file.
             import pickle
 
             self.plugin = pickle.loads(a["blob"].tobytes())
