@@ -25,8 +25,8 @@ import numpy as np
 
 from gradleak_bench.records import Episode, LossSpec, StepRecord
 from gradleak_bench.stream.replay import EpisodeGradients
+from gradleak_bench.stream.targets import loss_targets, stack_obs
 from gradleak_bench.tasks import step_truth
-from gradleak_bench.victims.targets import loss_targets, stack_obs
 
 
 def _task_fields(env: gym.Env) -> tuple[tuple[str, ...], tuple[str, ...]]:
