@@ -459,9 +459,8 @@ def train_defense(defense: str, params: dict[str, Any] | None = None, task: str 
 
 
 def _public_info(spec: VictimSpec) -> Any:
-    from gradleak_bench.runner import victim_info
     from gradleak_bench.stream.replay import EpisodeGradients
-    from gradleak_bench.victims.checkpoint import load_victim
+    from gradleak_bench.victims.checkpoint import load_victim, victim_info
     from gradleak_bench.victims.policies import env_spaces
 
     loaded = load_victim(spec.task, spec.name, "init")
