@@ -32,9 +32,9 @@ def recorded():
     return loaded, env, longer
 
 
-def _live(loaded, segment_length):
+def _live(loaded, segment_length, population_std=False):
     env = gym.make("gradleak/PointNav-v0", layouts="test", max_episode_steps=EPISODE)
-    wrapped = GradientStreamWrapper(env, loaded, segment_length=segment_length)
+    wrapped = GradientStreamWrapper(env, loaded, segment_length=segment_length, population_std=population_std)
     obs, _ = wrapped.reset(seed=SEED, options={"layout_id": LAYOUT})
     actor, rng = PolicyActor(loaded.policy, loaded.spec.algo, loaded.spec.exploration_eps), np.random.default_rng(SEED)
     truncated = False
@@ -94,6 +94,8 @@ def test_unit_normalisation_follows_sb3(recorded):
         np.testing.assert_allclose(record.truth["advantage"], raw, rtol=1e-5, atol=1e-6)
     four = np.array([r.truth["advantage"] for r in _live(loaded, 4)[:4]], dtype=np.float64)
     assert abs(four.mean()) < 1e-5 and abs(four.std(ddof=1) - 1.0) < 1e-4
+    trace = np.array([r.truth["advantage"] for r in _live(loaded, 4, population_std=True)[:4]], dtype=np.float64)
+    assert abs(trace.std(ddof=0) - 1.0) < 1e-4
 
 
 def test_normalise_advantages_is_sb3_formula():
