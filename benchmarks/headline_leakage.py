@@ -90,9 +90,9 @@ RUN_LIST: tuple[Run, ...] = (
     Run("rgi_cf_ActivePerception_reinforce_init", "images", "rgi", "ActivePerception", "reinforce",
         episodes=12, params=("preset=quick", "linear_solver=closed_form"), metrics=QGI_METRICS,
         budget="quick: closed-form stage 1 + 200 iterations; Monte-Carlo returns split"),
-    Run("tsp_PointNav_ppo_init", "tsp", "tsp", "PointNav", "ppo", episodes=12, split="test-full",
+    Run("tsp_PointNav_ppo_init", "tsp", "tsp", "PointNav", "ppo", split="test-full",
         metrics=("action", "pose"), budget="default (fit on train layouts)"),
-    Run("tsp_PointNav_ppo_trained", "tsp", "tsp", "PointNav", "ppo", "trained", episodes=12, split="test-full",
+    Run("tsp_PointNav_ppo_trained", "tsp", "tsp", "PointNav", "ppo", "trained", split="test-full",
         metrics=("action", "pose"), budget="default (fit on train layouts)"),
     Run("trace_PointNav_ppo_trained", "trace", "trace", "PointNav", "ppo", "trained",
         params=("preset=quick",), metrics=("action", "rgb", "rgb_ssim@gauss11"),
@@ -146,6 +146,17 @@ def trim(results: dict, run_dir: Path) -> dict:
     return out
 
 
+def finite(value):
+    """NaN (an episode without a visible target, say) as null, so the committed file is strict JSON."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
+
+
 def run_one(run: Run, threads: int) -> None:
     target = DATA / f"{run.name}.json"
     cmd = run.command(threads)
@@ -167,7 +178,7 @@ def run_one(run: Run, threads: int) -> None:
               "note": "wall time includes dataset and prior fits not cached yet; the machine was shared",
               **trim(results, run_dir)}
     DATA.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(record, indent=1) + "\n")
+    target.write_text(json.dumps(finite(record), indent=1, allow_nan=False) + "\n")
     print(f"{run.name}: {wall:.0f} s -> {target.relative_to(ROOT)}")
 
 
