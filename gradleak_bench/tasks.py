@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -258,9 +259,14 @@ def register_task(spec: TaskSpec) -> TaskSpec:
     return spec
 
 
-def load_entry_points() -> None:
+def load_entry_points(strict: bool = True) -> None:
     """Register the tasks of installed plug-ins (entry-point group ``gradleak_bench.tasks``; each names a
-    :class:`TaskSpec`). Once per process; a plug-in can add a task but never shadow a built-in one."""
+    :class:`TaskSpec`). Once per process; a plug-in can add a task but never shadow a built-in one.
+
+    Args:
+        strict: Raise :class:`PluginLoadError` for a broken plug-in; False (at import of the package): warn
+            and skip it, so one broken plug-in never breaks ``import gradleak_bench``.
+    """
     global _entry_points_loaded
     if _entry_points_loaded:
         return
@@ -269,14 +275,23 @@ def load_entry_points() -> None:
         if ep.name in _BUILTIN_NAMES:
             continue
         try:
-            spec = ep.load()
-        except Exception as exc:  # a broken plug-in names itself instead of breaking every command
-            raise PluginLoadError(f"the task plug-in {ep.name!r} ({ep.value}) failed to import: "
-                                  f"{type(exc).__name__}: {exc}. Fix or uninstall it.") from exc
-        if not isinstance(spec, TaskSpec) or spec.name != ep.name:
-            raise PluginLoadError(f"the task entry point {ep.name!r} ({ep.value}) must name a TaskSpec called "
-                                  f"{ep.name!r}; fix the plug-in's entry point.")
-        register_task(spec)
+            register_task(_load_spec(ep))
+        except (PluginLoadError, ValueError, TypeError) as exc:
+            if strict:
+                raise PluginLoadError(str(exc)) from exc
+            warnings.warn(f"skipped a task plug-in: {exc}", stacklevel=2)
+
+
+def _load_spec(ep: importlib.metadata.EntryPoint) -> TaskSpec:
+    try:
+        spec = ep.load()
+    except Exception as exc:  # a broken plug-in names itself instead of breaking every command
+        raise PluginLoadError(f"the task plug-in {ep.name!r} ({ep.value}) failed to import: "
+                              f"{type(exc).__name__}: {exc}. Fix or uninstall it.") from exc
+    if not isinstance(spec, TaskSpec) or spec.name != ep.name:
+        raise PluginLoadError(f"the task entry point {ep.name!r} ({ep.value}) must name a TaskSpec called "
+                              f"{ep.name!r}; fix the plug-in's entry point.")
+    return spec
 
 
 def register_gym(spec: TaskSpec) -> None:
