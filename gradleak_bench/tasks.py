@@ -109,6 +109,7 @@ class TaskSpec:
         backends: the backends the task runs on; None: any registered backend.
         sequence_length: steps per held-out episode.
         episodes_per_layout: held-out episodes per layout in the standard split.
+        primary_metric: the metric a leaderboard of this task ranks by.
     """
 
     name: str
@@ -126,6 +127,7 @@ class TaskSpec:
     backends: tuple[str, ...] | None = None
     sequence_length: int = 8
     episodes_per_layout: int = 4
+    primary_metric: str = "action_accuracy"
 
     def __post_init__(self) -> None:
         if bool(self.actions) == (self.velocity is not None):
