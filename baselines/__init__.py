@@ -46,7 +46,7 @@ register("defense", "random_release", f"{_SUITE}:RandomRelease",
 register("defense", "action_obfuscation", "gradleak_bench.baselines.defenses.action:ActionObfuscation",
          "client-side randomised response on the reported action label (param: p)")
 
-# TRACE (issue 5): baselines/attacks/trace.py, docs/trace.md.
+# TRACE (issue 5): baselines/attacks/trace/, docs/trace.md.
 _TRACE = "gradleak_bench.baselines.attacks.trace"
 register("attack", "trace", f"{_TRACE}:TRACE",
          "TRACE: learned gradient encoder + interleaved causal transformer, autoregressive frames and actions "

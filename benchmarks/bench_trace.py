@@ -1,4 +1,4 @@
-"""Speed of TRACE (baselines/attacks/trace.py) on this CPU: inference ms per frame and training sequences/s.
+"""Speed of TRACE (baselines/attacks/trace/) on this CPU: inference ms per frame and training sequences/s.
 
 * Inference: ``reconstruct`` on real held-out PointNav episodes of the trained PPO victim (NatureCNN, 604k
   gradient coordinates per step): fixed gradient features + autoregressive generation, per frame, for the
@@ -26,7 +26,6 @@ import torch
 
 from gradleak_bench import dataset as datasets
 from gradleak_bench.baselines.attacks import trace as tr
-from gradleak_bench.paths import cache_dir
 from gradleak_bench.records import ObservedEpisode
 from gradleak_bench.runner import select_episodes, victim_info
 from gradleak_bench.stream.replay import EpisodeGradients
@@ -40,9 +39,9 @@ TRAIN_BATCHES = 4
 
 def model_for(attack: tr.TRACE, info) -> tuple[tr.TraceNet, str]:
     identity, layout = tr.victim_identity(info), tr.gradient_layout(info)
-    path = cache_dir() / "attackers" / f"trace-{attack.cache_key(identity, layout)}" / "model.safetensors"
-    if path.is_file():
-        attack._load(path, identity, layout, expected_hash=None)
+    cache = attack.cache(identity, layout)
+    if cache.exists("model"):
+        attack._load(cache.path("model"), identity, layout, cache=cache)
         return attack.model, "cached trained attacker"
     return attack._build(attack.config, {k: tuple(v) for k, v in layout.items()}, info.n_actions,
                          tr.rgb_shape(info)).eval(), "untrained model of the same architecture"

@@ -431,7 +431,8 @@ def submit(
     names = [a.strip() for item in authors for a in item.split(",") if a.strip()]
     path = make_entry(run_dir, name, names, paper, code, version, out, force, allow_unofficial)
     console.print(f"entry: {path}", soft_wrap=True)
-    console.print(f"next: gradleak-bench verify {path}; gradleak-bench leaderboard", soft_wrap=True, markup=False)
+    console.print(f"next: gradleak-bench verify {path}; gradleak-bench leaderboard --thumbnails", soft_wrap=True,
+                  markup=False)
 
 
 @app.command()
@@ -472,11 +473,21 @@ def verify(
 def leaderboard(
     entries: Path = typer.Option(Path("leaderboard/entries"), help="entries folder"),
     out: Optional[Path] = typer.Option(None, help="where README.md and index.html go (default: the entries folder's parent)"),
+    thumbnails: bool = typer.Option(False, "--thumbnails", help="first recompute the thumbnails of entries that have "
+                                    "none, or a stale one (a sealed re-run of each entry's code on the fixed frames)"),
+    refresh: bool = typer.Option(False, "--refresh-thumbnails", help="recompute every entry's thumbnails"),
+    only: Optional[list[str]] = typer.Option(None, "--only", help="with --thumbnails: only entries whose path "
+                                             "contains this (repeatable)"),
 ) -> None:
-    """Validate every entry and render the leaderboard: README.md (one table per task and defense, sorted by
-    the primary metric's leakage) and a self-contained, sortable index.html."""
+    """Validate every entry and render the leaderboard: README.md (one board per task and reconstructed field,
+    ranked by the leakage over the best gradient-free prior) and a self-contained, sortable index.html."""
     from gradleak_bench.leaderboard.render import render
 
+    if thumbnails or refresh:
+        from gradleak_bench.leaderboard.make_thumbnails import make_thumbnails
+
+        for path, seconds in make_thumbnails(entries, refresh=refresh, only=only or None, progress=True):
+            console.print(f"thumbnails of {path}: {seconds:.0f} s", soft_wrap=True, markup=False)
     md, page = render(entries, out)
     console.print(f"wrote {md} and {page}")
 

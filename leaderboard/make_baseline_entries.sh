@@ -32,6 +32,11 @@ BASELINES=(
   "closed_form ActivePerception reinforce trained none"
   "closed_form PointNav ppo init topk -D keep=0.1"
   "closed_form PointNav ppo init gaussian_noise -D sigma=0.01"
+  "closed_form PointNav ppo init dp_sgd -D C=1.0 -D sigma=1.0"
+  "closed_form PointNav ppo init clip_norm -D C=1.0"
+  "closed_form PointNav ppo init quantize -D bits=8"
+  "closed_form PointNav ppo init correlated_noise -D sigma=0.01 -D rho=0.9"
+  "closed_form PointNav ppo init temporal_mean -D k=4"
 )
 # The optimisation attacks at their quick presets (about 30 CPU-minutes in all): INVERSION=1 to include.
 if [[ "${INVERSION:-0}" == 1 ]]; then
@@ -44,7 +49,9 @@ if [[ "${INVERSION:-0}" == 1 ]]; then
   )
 fi
 
+# ONLY="dp_sgd clip_norm": just the baselines whose defense is named (a partial refresh)
 for spec in "${BASELINES[@]}"; do
+  if [[ -n "${ONLY:-}" && " ${ONLY} " != *" $(awk '{print $5}' <<< "$spec") "* ]]; then continue; fi
   read -r -a args <<< "$spec"
   attack=${args[0]} task=${args[1]} victim=${args[2]} checkpoint=${args[3]} defense=${args[4]}
   run="$RUNS/${attack}__$task-$victim-$checkpoint-$defense"

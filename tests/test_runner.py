@@ -188,3 +188,32 @@ def test_without_isolation_the_default_run_is_unsealed_and_says_so(tmp_path, mon
     assert result.summary["sealed"] is False and result.summary["isolation"] is None
     with pytest.raises(GradleakError, match="apt-get install bubblewrap"):
         _run(tmp_path / "b", episodes=2, sealed=True)
+
+
+def test_wandb_summary_names_the_headline_and_the_control(tmp_path, monkeypatch):
+    """W&B's summary carries the leakage over the best prior (the headline) and the swap control's, each named."""
+    import sys
+    import types
+
+    from gradleak_bench.run.tracking import log_run
+
+    logged = {}
+
+    class _Run:
+        summary = types.SimpleNamespace(update=logged.update)
+
+        def log(self, _):
+            pass
+
+        def finish(self):
+            pass
+
+    fake = types.SimpleNamespace(init=lambda **kw: _Run(), Table=lambda **kw: None, Image=lambda *a, **kw: None)
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    result = _run(tmp_path, episodes=3)
+    log_run(result, EvaluateConfig(attack="closed_form", victim="ppo_compact", out=str(tmp_path / "run")), {}, {})
+    acc = result.summary["metrics"]["action_accuracy"]
+    assert logged["action_accuracy/leakage_vs_best_prior"] == pytest.approx(acc["prior_leakage"]["mean"])
+    assert logged["action_accuracy/best_prior"] == acc["best_prior"]
+    assert logged["action_accuracy/best_prior_score"] == pytest.approx(acc["references"][acc["best_prior"]]["mean"])
+    assert logged["action_accuracy/leakage_vs_control"] == pytest.approx(acc["leakage"]["mean"])

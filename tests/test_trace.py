@@ -183,6 +183,47 @@ def test_fit_reconstruct_cache_and_refusal(cache_dir):
         attack.reconstruct(ObservedEpisode("k", np.arange(episode.length), GradientStream(bad)), info)
 
 
+class _Recorded(Exception):
+    pass
+
+
+class _RecordingAuxiliary:
+    """Records how fit asks for its auxiliary episodes, then stops the fit (no training needed)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def collect(self, **kwargs):
+        self.calls.append(kwargs)
+        raise _Recorded
+
+
+@pytest.mark.parametrize("overrides, protocol", [({}, "trace-windows"), ({"protocol": "first8"}, "first8")])
+def test_fit_collects_on_the_protocol_it_is_scored_on(cache_dir, overrides, protocol):
+    _, _, info, _ = _setup()
+    aux = _RecordingAuxiliary()
+    attack = tr.TRACE(**TINY, **overrides)
+    with pytest.raises(_Recorded):
+        attack.fit(info, aux)
+    assert aux.calls[0]["protocol"] == protocol and aux.calls[0]["split"] == "train"
+    assert attack.data_protocol == protocol  # the held-out episodes follow the same protocol
+    with pytest.raises(PluginLoadError, match="data protocol"):
+        plugins.load("attack", "trace", {"preset": "tiny", "protocol": "last8"})
+
+
+def test_auxiliary_trace_windows_are_windows_of_whole_episodes():
+    _, _, _, aux = _setup()
+    from gradleak_bench.dataset import WindowedEpisode
+
+    first8, _ = next(aux.collect(max_episodes=1))
+    window, _ = next(aux.collect(max_episodes=1, protocol="trace-windows"))
+    assert not isinstance(first8, WindowedEpisode) and first8.length == 8
+    # the same episode (layout, seed) run to its end, a window of 8 kept; it may end before 8 steps
+    assert (window.layout_id, window.seed) == (first8.layout_id, first8.seed) and window.length <= 8
+    if isinstance(window, WindowedEpisode):
+        assert len(window.episode_actions) > 8 and window.window_start % 8 == 0
+
+
 def test_training_resumes_exactly(tmp_path, monkeypatch):
     weights = {}
     for run, stops in (("straight", [None]), ("interrupted", [1, None])):

@@ -1,24 +1,27 @@
-"""``gradleak-bench leaderboard``: render the entries to ``leaderboard/README.md`` (one Markdown table per task
-and defense) and a self-contained ``leaderboard/index.html`` (inline CSS and JS, sortable columns).
+"""``gradleak-bench leaderboard``: render the entries to ``leaderboard/README.md`` and a self-contained
+``leaderboard/index.html`` (inline CSS, JS and thumbnails; sortable columns): one board per task and
+reconstructed field (:mod:`.boards`), each ranked by the leakage over the best gradient-free prior with its CI,
+the best prior named, the swap control beside it, and a thumbnail strip per entry (:mod:`.thumbnails`).
 
-Rows are sorted by the leakage over the best gradient-free prior (metric - best prior; where an entry has no
-priors, metric - control) of the task's primary metric
-(:data:`~gradleak_bench.leaderboard.schema.PRIMARY_METRIC`), best first in the metric's own direction; only
-entries on the official split are ranked (recomputed from the manifest, never read from the entry), the others
-follow unranked. An entry that is impossible or disagrees with its own per-episode rows is refused
-(:mod:`.checks`). Every text a submitter chose (authors, version, parameters) is escaped for Markdown and HTML.
+An entry that is impossible or disagrees with its own per-episode rows is refused (:mod:`.checks`). Every text
+a submitter chose (authors, version, parameters) is escaped for Markdown and HTML; thumbnails are shown only
+when recomputed for the entry file as it is now.
 """
 from __future__ import annotations
 
+import base64
 import html
 import math
 import re
-from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradleak_bench.leaderboard import checks
+from gradleak_bench.leaderboard import checks, thumbnails
+from gradleak_bench.leaderboard.boards import Board, boards, fmt, headline
 from gradleak_bench.leaderboard.schema import Entry, Interval, InvalidEntryError, MetricResult, load_entries
+
+THUMBNAIL_LINK_ROOT = "thumbnails"
+"""README.md links thumbnails relative to its own folder (``leaderboard/``), wherever it is rendered to."""
 
 
 @dataclass(frozen=True)
@@ -26,90 +29,108 @@ class Column:
     title: str
     cells: list[tuple[str, float | str]]  # (display text, sort key) per row
     user: bool = False  # holds text a submitter chose: escaped for Markdown as well as HTML
+    markup: list[tuple[str, str]] | None = field(default=None)  # (Markdown, HTML) made here from checked data
 
 
-def group(entries: list[Entry]) -> dict[tuple[str, str], list[Entry]]:
-    """Entries by (task, defense), each group sorted by the primary metric's leakage, best first."""
-    groups: dict[tuple[str, str], list[Entry]] = defaultdict(list)
-    for entry in entries:
-        groups[(entry.task, entry.defense)].append(entry)
-    return {key: sorted(groups[key], key=_rank_key) for key in sorted(groups, key=lambda k: (k[0], k[1] != "none", k[1]))}
+@dataclass(frozen=True)
+class Shown:
+    """What the page shows of the entries: the entries, and each one's current thumbnails (by entry path)."""
 
-
-def _rank_key(entry: Entry) -> tuple:
-    _, m = entry.primary()
-    unranked = not checks.is_official(entry)
-    if m is None:
-        return (unranked, 1, 0.0, entry.attack, entry.victim)
-    # The headline leakage is over the strongest thing the attacker knows without the gradient (docs/priors.md)
-    stat = getattr(m, "prior_leakage", None) or m.leakage or m
-    return (unranked, 0, -stat.mean if m.higher_is_better else stat.mean, entry.attack, entry.victim)
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.4g}"
+    entries: list[Entry]
+    thumbs: dict[str, thumbnails.Thumbnails] = field(default_factory=dict)
 
 
 def _interval(iv: Interval | MetricResult | None) -> str:
     if iv is None:
         return "–"
-    return f"{_fmt(iv.mean)} [{_fmt(iv.ci_low)}, {_fmt(iv.ci_high)}]"
+    return f"{fmt(iv.mean)} [{fmt(iv.ci_low)}, {fmt(iv.ci_high)}]"
 
 
 def _params(params: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(params.items())) or "–"
+    return ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
 
 
-def columns(entries: list[Entry]) -> list[Column]:
-    """The table's columns: who, the primary metric (metric, control, leakage), the other metrics, cost."""
-    primary = entries[0].primary()[0]
-    others = sorted({name for e in entries for name in e.metrics} - {primary})
-    official = [checks.is_official(e) for e in entries]
-    rank = [(str(i + 1), float(i + 1)) if official[i] else ("–", math.inf) for i in range(len(entries))]
+def _defense(e: Entry) -> str:
+    params = _params(e.defense_params)
+    return e.defense + (f" ({params})" if params else "")
+
+
+def _key(iv: Interval | MetricResult | None) -> float:
+    return iv.mean if iv is not None else -math.inf
+
+
+def columns(board: Board, shown: Shown) -> list[Column]:
+    """Who, the headline (leakage over the best prior, the prior), the thumbnails, the metric and the swap
+    control, the field's other metrics, cost and provenance."""
+    rows, metric = list(board.entries), board.metric
+    ranked = [board.ranked(e) for e in rows]
+    rank, n = [], 0
+    for ok in ranked:
+        n += ok
+        rank.append((str(n), float(n)) if ok else ("–", math.inf))
+    m = [e.metrics.get(metric) for e in rows]
     cols = [
         Column("#", rank),
-        Column("attack", [(e.attack + (f" ({e.attack_version})" if e.attack_version else ""), e.attack) for e in entries],
+        Column("attack", [(e.attack + (f" ({e.attack_version})" if e.attack_version else ""), e.attack) for e in rows],
                user=True),
-        Column("victim", [(f"{e.victim} @ {e.checkpoint}", f"{e.victim} {e.checkpoint}") for e in entries]),
-        Column("defense params", [(_params(e.defense_params), _params(e.defense_params)) for e in entries], user=True),
+        Column("victim", [(f"{e.victim} @ {e.checkpoint}", f"{e.victim} {e.checkpoint}") for e in rows]),
+        Column("defense", [(_defense(e), _defense(e)) for e in rows], user=True),
+        Column(f"leakage vs best prior ({metric})", [_headline(e, metric) for e in rows]),
+        Column("best prior", [_prior(x) for x in m]),
+        Column("frames (truth / reconstruction / best prior)", [("", "") for _ in rows],
+               markup=[_thumbnail(board, e, shown) for e in rows]),
+        Column(metric, [(_interval(x), _key(x)) for x in m]),
+        Column("leakage vs swap control", [(_interval(x and x.leakage), _key(x and x.leakage)) for x in m]),
+        Column("swap control", [(_interval(x and x.control), _key(x and x.control)) for x in m]),
     ]
-
-    def stat(e: Entry, name: str, part: str) -> tuple[str, float]:
-        m = e.metrics.get(name)
-        iv = None if m is None else (m if part == "metric" else getattr(m, part))
-        return _interval(iv), (iv.mean if iv is not None else -math.inf)
-
-    cols += [Column(f"{primary} leakage vs best prior", [_prior(e, primary) for e in entries]),
-             Column(f"{primary} leakage vs control", [stat(e, primary, "leakage") for e in entries]),
-             Column(f"{primary}", [stat(e, primary, "metric") for e in entries]),
-             Column(f"{primary} control", [stat(e, primary, "control") for e in entries])]
-    for name in others:
-        cells = []
-        for e in entries:
-            text, key = stat(e, name, "metric")
-            m = e.metrics.get(name)
-            control = m and m.control
-            failed = f" ({m.failed_frames} failed frames)" if m is not None and m.failed_frames else ""
-            cells.append((text + (f" (control {_fmt(control.mean)})" if control else "") + failed, key))
-        cols.append(Column(name, cells))
-    cols.append(Column(f"{primary} failed frames", [_failed(e, primary) for e in entries]))
+    for other in board.others:
+        cols.append(Column(other, [_other(e.metrics.get(other)) for e in rows]))
+    cols.append(Column("failed frames", [_failed(e, metric) for e in rows]))
     cols += [
-        Column("ms/frame", [(f"{e.ms_per_frame:.3g}", e.ms_per_frame) for e in entries]),
-        Column("n", [(str(e.n_episodes - e.n_failed), float(e.n_episodes - e.n_failed)) for e in entries]),
-        Column("authors", [(", ".join(e.authors), ", ".join(e.authors)) for e in entries], user=True),
-        Column("date", [(e.date, e.date) for e in entries]),
-        Column("official split", [("yes" if ok else "no (unranked)", str(ok)) for ok in official]),
+        Column("ms/frame", [(f"{e.ms_per_frame:.3g}", e.ms_per_frame) for e in rows]),
+        Column("n", [(str(e.n_episodes - e.n_failed), float(e.n_episodes - e.n_failed)) for e in rows]),
+        Column("authors", [(", ".join(e.authors), ", ".join(e.authors)) for e in rows], user=True),
+        Column("date", [(e.date, e.date) for e in rows]),
+        Column("official split", [("yes" if checks.is_official(e) else "no (unranked)", str(checks.is_official(e)))
+                                  for e in rows]),
     ]
     return cols
 
 
-def _prior(e: Entry, metric: str) -> tuple[str, float]:
-    """metric - the best gradient-free prior fitted on train layouts (docs/priors.md), with the prior's name."""
-    m = e.metrics.get(metric)
-    best, leak = getattr(m, "best_prior", None), getattr(m, "prior_leakage", None)
-    if best is None or leak is None:
+def _headline(e: Entry, metric: str) -> tuple[str, float]:
+    m, stat = e.metrics.get(metric), headline(e, metric)
+    if m is None or stat is None:
         return "–", -math.inf
-    return f"{_interval(leak)} ({best.removeprefix('prior:')})", leak.mean
+    text = f"{_interval(stat)} {verdict(m, stat)}"
+    text += "" if m.prior_leakage is not None else " (vs swap control: no priors scored)"
+    return text, stat.mean if m.higher_is_better else -stat.mean
+
+
+VERDICTS = {"leaks": "leaks", "none": "no leakage shown", "below": "below the prior"}
+
+
+def verdict(m: MetricResult, stat: Interval) -> str:
+    """What the CI says, in the metric's own direction: it excludes 0 on the better side, straddles 0, or lies
+    on the worse side (the attack does worse than a guess without the gradient)."""
+    lo, hi = (stat.ci_low, stat.ci_high) if m.higher_is_better else (-stat.ci_high, -stat.ci_low)
+    return VERDICTS["leaks" if lo > 0 else "below" if hi < 0 else "none"]
+
+
+def _prior(m: MetricResult | None) -> tuple[str, float]:
+    """The best prior's name and its own score with CI."""
+    if m is None or not m.best_prior:
+        return "–", -math.inf
+    ref = m.references.get(m.best_prior)
+    name = m.best_prior.removeprefix("prior:")
+    return (f"{name}: {_interval(ref)}" if ref is not None else name), name
+
+
+def _other(m: MetricResult | None) -> tuple[str, float]:
+    if m is None:
+        return "–", -math.inf
+    extra = f" (vs prior {fmt(m.prior_leakage.mean)})" if m.prior_leakage is not None else ""
+    failed = f" ({m.failed_frames} failed frames)" if m.failed_frames else ""
+    return _interval(m) + extra + failed, m.mean
 
 
 def _failed(e: Entry, metric: str) -> tuple[str, float]:
@@ -120,32 +141,90 @@ def _failed(e: Entry, metric: str) -> tuple[str, float]:
     return f"{m.failed_frames} / {sum(e.episodes.frames)}", float(m.failed_frames)
 
 
+# --- thumbnails ------------------------------------------------------------------------------------------------
+
+
+def _thumbnail(board: Board, e: Entry, shown: Shown) -> tuple[str, str]:
+    """(Markdown, HTML) of the entry's frames on this board; '–' where none is recomputed for this entry."""
+    thumbs = shown.thumbs.get(str(e.relative_path))
+    if thumbs is None:
+        return "–", "–"
+    png = thumbs.pngs.get(board.field)
+    if png is not None:
+        prior = thumbs.priors.get(board.field, "").removeprefix("prior:")
+        what = ("top-down paths: truth black, reconstruction red, best prior" if board.field == thumbnails.TRAJECTORY_FIELD
+                else "rows: truth, reconstruction, best prior")
+        alt = f"{e.attack} {board.field}: {what} ({prior})"
+        link = f"{THUMBNAIL_LINK_ROOT}/{e.relative_path.parent.as_posix()}/{png.name}"
+        data = base64.b64encode(png.read_bytes()).decode()
+        return (f"![{_md_escape(alt)}]({link})",
+                f'<img class="thumb" alt="{html.escape(alt)}" title="{html.escape(alt)}" src="data:image/png;base64,{data}">')
+    if board.field == "action" and thumbs.actions:
+        return _action_strip(thumbs)
+    return "–", "–"
+
+
+def _action_strip(thumbs: thumbnails.Thumbnails) -> tuple[str, str]:
+    """Truth / reconstruction / prior actions of the frames, episodes separated; a wrong one marked."""
+    episodes = [e for e, _ in thumbs.frames]
+    truth = thumbs.actions.get("truth", ())
+
+    def seq(kind: str, markdown: bool) -> str:
+        values, out = thumbs.actions.get(kind, ()), []
+        for i, a in enumerate(values):
+            if i and episodes[i] != episodes[i - 1]:
+                out.append("·" if markdown else '<span class="sep">·</span>')
+            text = "?" if a < 0 else str(a)
+            wrong = kind != "truth" and i < len(truth) and a != truth[i]
+            out.append(f"~~{text}~~" if markdown and wrong else text if markdown else
+                       f'<span class="act{" wrong" if wrong else ""}">{text}</span>')
+        return " ".join(out)
+
+    labels = {"truth": "truth", "reconstruction": "attack", "prior": "prior"}
+    md = "<br>".join(f"{labels[k]} {seq(k, True)}" for k in thumbnails.KINDS if k in thumbs.actions)
+    page = "".join(f'<div class="acts"><b>{labels[k]}</b> {seq(k, False)}</div>' for k in thumbnails.KINDS
+                   if k in thumbs.actions)
+    return md, page
+
+
 # --- Markdown --------------------------------------------------------------------------------------------
 
-MARKDOWN_HEAD = """# Leaderboard
+MARKDOWN_HEAD = f"""# Leaderboard
 
-<!-- Rendered by `gradleak-bench leaderboard` from entries/; edit the entries, not this file. -->
+<!-- Rendered by `gradleak-bench leaderboard` from entries/ and thumbnails/; edit the entries, not this file. -->
 
-One entry per (attack, task, victim checkpoint, defense) on the held-out test split, each produced by
-`gradleak-bench evaluate`, turned into an entry by `gradleak-bench submit` and checked by
-`gradleak-bench verify` (see [docs/leaderboard.md](../docs/leaderboard.md)). Values are means over held-out
-episodes with 95% bootstrap CIs; the **control** is the same attack fed another episode's gradients (what
-its prior alone achieves) and **leakage** = metric - control; **leakage vs best prior** = metric - the best
-gradient-free prior fitted on train layouts ([docs/priors.md](../docs/priors.md)), where the run scored priors.
-A frame without a finite reconstruction scores the metric's worst value and is counted in **failed frames**.
-Tables rank the entries on the official split (recomputed from the split manifest) by the leakage vs best
-prior of the task's primary metric (vs control where an entry has no priors); others are listed unranked. The same tables, sortable, are in [index.html](index.html).
+One board per task and reconstructed field. Each entry is an (attack, victim checkpoint, defense) on the
+held-out test split, produced by `gradleak-bench evaluate`, turned into an entry by `gradleak-bench submit`
+and checked by `gradleak-bench verify` ([docs/leaderboard.md](../docs/leaderboard.md)).
+
+- **Leakage vs best prior** (the ranking): the field's headline metric minus the best gradient-free prior
+  fitted on train layouts (the mean frame, the majority action, the mean path, ...; [docs/priors.md](../docs/priors.md)),
+  paired per held-out episode, mean and 95% bootstrap CI. Above 0 in the metric's better direction (for an
+  error, below 0 is better), with a CI that excludes 0: the gradient told the attacker more than it could
+  guess without it. A CI that straddles 0: no leakage shown.
+- **Best prior**: which prior that was, and its own score. **Swap control**: the same attack fed another
+  episode's gradients (its own bias); leakage vs swap control = metric - swap control.
+- A frame without a finite reconstruction scores the metric's worst value (**failed frames**). Only entries on
+  the official split (recomputed from the split manifest) are ranked; others follow, unranked (–).
+- **Frames**: {thumbnails.RULE}. Rows: truth, the attack's reconstruction, the best prior; recomputed by
+  re-running the entry's own code sealed (`gradleak-bench leaderboard --thumbnails`), never sent by a submitter.
+
+The same boards, sortable, with the thumbnails inline: [index.html](index.html).
 """
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
 
+def _md_escape(text: str) -> str:
+    return _MD_SPECIAL.sub(r"\\\1", html.escape(text, quote=True)).replace("\n", " ")
+
+
 def _md_cell(text: str, user: bool = False) -> str:
     """A table cell's text; a submitter's text is HTML-escaped (GitHub renders raw HTML in Markdown) and its
     Markdown punctuation backslash-escaped (no links, images or emphasis from an author name)."""
     if user:
-        return _MD_SPECIAL.sub(r"\\\1", html.escape(text, quote=True)).replace("\n", " ")
+        return _md_escape(text)
     return text.replace("|", "\\|")
 
 
@@ -154,17 +233,49 @@ def _links(e: Entry) -> str:
     return " ".join(x for x in links if x)
 
 
-def render_markdown(entries: list[Entry]) -> str:
+def _cell_md(c: Column, i: int) -> str:
+    return c.markup[i][0] if c.markup is not None else _md_cell(c.cells[i][0], c.user)
+
+
+def summary(all_boards: list[Board]) -> list[tuple[Board, str, str, str]]:
+    """Per board: (board, its leader, the leader's headline, how many ranked entries leak)."""
+    out = []
+    for board in all_boards:
+        ranked = [e for e in board.entries if board.ranked(e)]
+        leaks = sum(_headline(e, board.metric)[0].split(" (vs swap")[0].endswith(VERDICTS["leaks"]) for e in ranked)
+        if not ranked:
+            out.append((board, "–", "–", "0 of 0"))
+            continue
+        top = ranked[0]
+        who = f"{top.attack}, {top.victim} @ {top.checkpoint}, {_defense(top)}"
+        out.append((board, who, _headline(top, board.metric)[0], f"{leaks} of {len(ranked)}"))
+    return out
+
+
+def _anchor(board: Board) -> str:
+    """GitHub's heading anchor of ``## task: title``."""
+    return re.sub(r"[^a-z0-9 -]", "", f"{board.task}: {board.title}".lower()).replace(" ", "-")
+
+
+def render_markdown(entries: list[Entry], shown: Shown | None = None) -> str:
+    shown = shown or Shown(entries)
     parts = [MARKDOWN_HEAD]
     if not entries:
         parts.append("\nNo entries yet.\n")
-    for (task, defense), rows in group(entries).items():
-        cols = columns(rows)
-        parts.append(f"\n## {task}, defense `{defense}`\n\nSorted by `{rows[0].primary()[0]}` leakage vs best prior.\n")
+    all_boards = boards(entries)
+    if all_boards:
+        parts.append("| board | ranked by | leader | its leakage vs best prior | entries that leak |")
+        parts.append("|---|---|---|---|---|")
+        for board, who, lead, leaks in summary(all_boards):
+            parts.append(f"| [{board.task}: {board.title}](#{_anchor(board)}) | `{board.metric}` | {_md_cell(who, True)} "
+                         f"| {lead} | {leaks} |")
+    for board in all_boards:
+        cols = columns(board, shown)
+        parts.append(f"\n## {board.task}: {board.title}\n\nRanked by `{board.metric}` leakage vs best prior.\n")
         parts.append("| " + " | ".join(c.title for c in cols) + " | links |")
         parts.append("|" + "---|" * (len(cols) + 1))
-        for i, e in enumerate(rows):
-            parts.append("| " + " | ".join(_md_cell(c.cells[i][0], c.user) for c in cols) + f" | {_links(e)} |")
+        for i, e in enumerate(board.entries):
+            parts.append("| " + " | ".join(_cell_md(c, i) for c in cols) + f" | {_links(e)} |")
     return "\n".join(parts) + "\n"
 
 
@@ -173,15 +284,24 @@ def render_markdown(entries: list[Entry]) -> str:
 CSS = """
 body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em; color: #1b1f24; }
 h1 { font-size: 1.6em; } h2 { font-size: 1.2em; margin-top: 1.8em; }
-p.note { max-width: 60em; color: #444; }
+p.note, ul.note { max-width: 62em; color: #444; }
 table { border-collapse: collapse; margin: .6em 0 1.2em; }
-th, td { border: 1px solid #d0d7de; padding: .3em .6em; text-align: left; white-space: nowrap; }
+th, td { border: 1px solid #d0d7de; padding: .3em .6em; text-align: left; white-space: nowrap; vertical-align: middle; }
 th { background: #f3f5f7; cursor: pointer; user-select: none; }
 th:hover { background: #e6eaef; }
 th.asc::after { content: " \\25B2"; } th.desc::after { content: " \\25BC"; }
 tbody tr:nth-child(even) { background: #fafbfc; }
 td.num { font-variant-numeric: tabular-nums; }
+td.lead { font-weight: 600; }
+td.v-leaks { background: #dff3e3; } td.v-none { background: #f2f2f2; color: #555; }
+td.v-below { background: #fbe3e3; }
+table.summary th { cursor: default; }
 div.scroll { overflow-x: auto; }
+img.thumb { image-rendering: pixelated; display: block; max-height: 200px; }
+div.acts { font-family: ui-monospace, monospace; font-size: 12px; }
+span.act { display: inline-block; min-width: 1.1em; text-align: center; background: #e8f0e8; margin: 0 1px; }
+span.act.wrong { background: #f6d5d5; }
+span.sep { color: #999; margin: 0 .3em; }
 """
 
 JS = """
@@ -214,32 +334,49 @@ var m = /#sort=([^:]+):(\\d+):(asc|desc)/.exec(decodeURIComponent(location.hash)
 if (m && document.getElementById(m[1])) { sortTable(document.getElementById(m[1]), +m[2], m[3]); }
 """
 
+HTML_NOTE = f"""<ul class="note">
+<li><b>Leakage vs best prior</b> (the ranking): the board's metric minus the best gradient-free prior fitted on
+train layouts, paired per held-out episode, with its 95% bootstrap CI. A CI that excludes 0 on the better side:
+the gradient leaked more than an attacker could guess without it. A CI across 0: no leakage shown.</li>
+<li><b>Best prior</b>: which prior, and its own score. <b>Swap control</b>: the same attack fed another episode's
+gradients; leakage vs swap control = metric &minus; swap control.</li>
+<li><b>Frames</b>: {html.escape(thumbnails.RULE)}; rows truth, reconstruction, best prior (paths: truth black,
+reconstruction red, prior blue), recomputed by re-running the entry's code sealed.</li>
+<li>Only entries on the official split are ranked; click a column header to sort by it.</li></ul>"""
 
-def _table_id(task: str, defense: str) -> str:
-    return f"board-{task}-{defense}"
 
-
-def render_html(entries: list[Entry]) -> str:
+def render_html(entries: list[Entry], shown: Shown | None = None) -> str:
+    shown = shown or Shown(entries)
     esc = html.escape
-    body = ["<h1>gradleak-bench leaderboard</h1>",
-            '<p class="note">Means over held-out episodes with 95% bootstrap CIs. <b>Control</b>: the same attack '
-            "fed another episode's gradients; <b>leakage</b> = metric &minus; control. Tables start sorted by the "
-            "leakage of the task's primary metric; click a column header to sort by it.</p>"]
+    body = ["<h1>gradleak-bench leaderboard</h1>", HTML_NOTE]
     if not entries:
         body.append("<p>No entries yet.</p>")
-    for (task, defense), rows in group(entries).items():
-        cols = columns(rows)
-        body.append(f"<h2>{esc(task)}, defense <code>{esc(defense)}</code></h2>")
+    all_boards = boards(entries)
+    if all_boards:
+        body.append('<table class="summary"><thead><tr><th>board</th><th>ranked by</th><th>leader</th>'
+                    "<th>its leakage vs best prior</th><th>entries that leak</th></tr></thead><tbody>")
+        for board, who, lead, leaks in summary(all_boards):
+            body.append(f'<tr><td><a href="#{esc(board.id)}">{esc(board.task)}: {esc(board.title)}</a></td>'
+                        f"<td><code>{esc(board.metric)}</code></td><td>{esc(who)}</td>"
+                        f'<td class="{_verdict_class(lead)}">{esc(lead)}</td><td>{esc(leaks)}</td></tr>')
+        body.append("</tbody></table>")
+    for board in all_boards:
+        cols = columns(board, shown)
+        body.append(f"<h2>{esc(board.task)}: {esc(board.title)} <small>(ranked by <code>{esc(board.metric)}</code> "
+                    "leakage vs best prior)</small></h2>")
         body.append('<div class="scroll">')
-        body.append(f'<table class="board" id="{esc(_table_id(task, defense))}"><thead><tr>'
+        body.append(f'<table class="board" id="{esc(board.id)}"><thead><tr>'
                     + "".join(f"<th>{esc(c.title)}</th>" for c in cols) + "<th>links</th></tr></thead><tbody>")
-        for i, e in enumerate(rows):
+        for i, e in enumerate(board.entries):
             cells = []
-            for c in cols:
+            for j, c in enumerate(cols):
                 text, key = c.cells[i]
-                if isinstance(key, float):  # missing values sort below every number
+                lead = (" lead " + _verdict_class(text)) if j == 4 else ""
+                if c.markup is not None:
+                    cells.append(f'<td data-v="">{c.markup[i][1]}</td>')
+                elif isinstance(key, float):  # missing values sort below every number
                     value = repr(key) if math.isfinite(key) else "-1e308"
-                    cells.append(f'<td class="num" data-n="{value}">{esc(text)}</td>')
+                    cells.append(f'<td class="num{lead}" data-n="{value}">{esc(text)}</td>')
                 else:
                     cells.append(f'<td data-v="{esc(key)}">{esc(text)}</td>')
             links = " ".join(f'<a href="{esc(url)}">{label}</a>' for label, url in (("paper", e.paper), ("code", e.code)) if url)
@@ -253,17 +390,44 @@ def render_html(entries: list[Entry]) -> str:
             + f"\n<script>{JS}</script>\n</body></html>\n")
 
 
-def render(entries_dir: str | Path = "leaderboard/entries", out_dir: str | Path | None = None) -> tuple[Path, Path]:
+def _verdict_class(text: str) -> str:
+    return next((f"v-{key}" for key, words in VERDICTS.items() if text.split(" (vs swap")[0].endswith(words)), "")
+
+
+# --- the command ---------------------------------------------------------------------------------------------
+
+
+def render(entries_dir: str | Path = "leaderboard/entries", out_dir: str | Path | None = None,
+           thumbnails_dir: str | Path | None = None) -> tuple[Path, Path]:
     """Validate every entry under ``entries_dir`` and write ``README.md`` and ``index.html`` to ``out_dir``
-    (default: the parent of ``entries_dir``)."""
+    (default: the parent of ``entries_dir``), with the thumbnails under ``thumbnails_dir`` (default:
+    ``thumbnails`` beside ``entries_dir``) that are current for their entry."""
     from gradleak_bench.paths import atomic_write_bytes
 
+    entries_dir = Path(entries_dir)
     entries = checked_entries(entries_dir)
-    out = Path(out_dir) if out_dir is not None else Path(entries_dir).parent
+    shown = Shown(entries, current_thumbnails(entries, entries_dir, thumbnails_dir))
+    out = Path(out_dir) if out_dir is not None else entries_dir.parent
     md, page = out / "README.md", out / "index.html"
-    atomic_write_bytes(md, render_markdown(entries).encode())
-    atomic_write_bytes(page, render_html(entries).encode())
+    atomic_write_bytes(md, render_markdown(entries, shown).encode())
+    atomic_write_bytes(page, render_html(entries, shown).encode())
     return md, page
+
+
+def thumbnails_root(entries_dir: str | Path, thumbnails_dir: str | Path | None = None) -> Path:
+    return Path(thumbnails_dir) if thumbnails_dir is not None else Path(entries_dir).parent / THUMBNAIL_LINK_ROOT
+
+
+def current_thumbnails(entries: list[Entry], entries_dir: str | Path,
+                       thumbnails_dir: str | Path | None = None) -> dict[str, thumbnails.Thumbnails]:
+    """Each entry's thumbnails made for the entry file as it is now (stale or missing ones are left out)."""
+    root = thumbnails_root(entries_dir, thumbnails_dir)
+    out = {}
+    for e in entries:
+        found = thumbnails.load(root, e, Path(entries_dir) / e.relative_path)
+        if found is not None:
+            out[str(e.relative_path)] = found
+    return out
 
 
 def checked_entries(entries_dir: str | Path) -> list[Entry]:
@@ -276,6 +440,5 @@ def checked_entries(entries_dir: str | Path) -> list[Entry]:
 
 
 def table_rows(entries: list[Entry]) -> dict[str, list[str]]:
-    """Entry paths per table id, in rendered order (what the page test expects)."""
-    return {_table_id(t, d): [str(e.relative_path) for e in rows] for (t, d), rows in group(entries).items()}
-
+    """Entry paths per board id, in rendered order (what the page test expects)."""
+    return {b.id: [str(e.relative_path) for e in b.entries] for b in boards(entries)}

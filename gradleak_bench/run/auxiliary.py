@@ -39,10 +39,12 @@ class AuxiliaryData:
         return self._gradients
 
     def collect(self, episodes_per_layout: int = 1, seed: int = 1, split: str = "train",
-                max_episodes: int | None = None,
-                sequence_length: int | None = None) -> Iterator[tuple[Episode, GradientStream]]:
+                max_episodes: int | None = None, sequence_length: int | None = None,
+                protocol: str | None = None) -> Iterator[tuple[Episode, GradientStream]]:
         """``sequence_length``: steps per episode (default the task's standard 8; trajectory attacks ask for
-        up to the episode limit, ``datasets.full_episode_length(task)``)."""
+        up to the episode limit, ``datasets.full_episode_length(task)``). ``protocol``: the data protocol of the
+        episodes (``first8``, the default, or ``trace-windows``; docs/tasks.md, "Data protocols"): an attack
+        that learns should train on the protocol it is scored on."""
         if split not in ("train", "val"):
             raise GradleakError("auxiliary data may only come from the train or val layouts, never the test split")
         from gradleak_bench import dataset as datasets
@@ -52,6 +54,7 @@ class AuxiliaryData:
             task=self._victim.spec.task, victim=self._victim.spec.name, checkpoint=self._victim.checkpoint,
             split=split, episodes_per_layout=episodes_per_layout, seed=seed,
             sequence_length=sequence_length or get_task(self._victim.spec.task).sequence_length,
+            protocol=datasets.check_protocol(protocol or datasets.FIRST8),
         )
         engine = self._engine()
         for episode in _episodes(config, self._victim, max_episodes, self._executor):
@@ -64,15 +67,17 @@ def _episodes(config: Any, victim: LoadedVictim, limit: int | None, executor: An
     from gradleak_bench.run.episodes import generate_episodes
 
     if limit is not None:
-        yield from generate_episodes(victim, config.split, datasets.plan(config)[:limit], config.sequence_length)
+        yield from generate_episodes(victim, config.split, datasets.plan(config)[:limit], config.sequence_length,
+                                     config.protocol)
         return
     path = datasets.default_path(config)
     if not path.is_file():
         try:
             datasets.write(path, config, generate_episodes(victim, config.split, datasets.plan(config),
-                                                           config.sequence_length))
+                                                           config.sequence_length, config.protocol))
         except GradleakError:  # the file needs what this process cannot see (a locally trained checkpoint)
-            yield from generate_episodes(victim, config.split, datasets.plan(config), config.sequence_length)
+            yield from generate_episodes(victim, config.split, datasets.plan(config), config.sequence_length,
+                                         config.protocol)
             return
     dataset = datasets.open_dataset(path)
     dataset.verify()

@@ -10,9 +10,10 @@ from gradleak_bench.victims.checkpoint import LoadedVictim
 
 
 def generate_episodes(victim: LoadedVictim, layouts: Any, entries: list[tuple[str, int, int]],
-                      length: int) -> Iterator[Episode]:
+                      length: int, protocol: str = "first8") -> Iterator[Episode]:
     """``entries`` = ``(episode_id, layout_id, seed)``; ``layouts`` is what the env accepts (a split name or
-    :class:`gradleak_bench.envs.pybullet.household.FreshLayoutIds`)."""
+    :class:`gradleak_bench.envs.pybullet.household.FreshLayoutIds`); ``protocol``: the data protocol
+    (:data:`gradleak_bench.dataset.PROTOCOLS`)."""
     import gymnasium as gym
 
     from gradleak_bench.dataset import generate_episode
@@ -25,7 +26,7 @@ def generate_episodes(victim: LoadedVictim, layouts: Any, entries: list[tuple[st
     try:
         for episode_id, layout, seed in entries:
             with single_thread():
-                episode = generate_episode(env.unwrapped, victim, layout, seed, length, episode_id)
+                episode = generate_episode(env.unwrapped, victim, layout, seed, length, episode_id, protocol=protocol)
             yield episode
     finally:
         env.close()

@@ -61,8 +61,15 @@ def log_run(result: Any, config: Any, recons: dict[str, Reconstruction], truths:
         for name, m in result.summary["metrics"].items():
             flat[name] = m["mean"]
             flat[f"{name}/ci_low"], flat[f"{name}/ci_high"] = m["ci_low"], m["ci_high"]
-            if "control" in m:
-                flat[f"{name}/control"], flat[f"{name}/leakage"] = m["control"]["mean"], m["leakage"]["mean"]
+            if m.get("prior_leakage") is not None:  # the headline: metric - best gradient-free prior, paired
+                lk = m["prior_leakage"]
+                flat[f"{name}/leakage_vs_best_prior"] = lk["mean"]
+                flat[f"{name}/leakage_vs_best_prior/ci_low"] = lk["ci_low"]
+                flat[f"{name}/leakage_vs_best_prior/ci_high"] = lk["ci_high"]
+                flat[f"{name}/best_prior"] = m["best_prior"]
+                flat[f"{name}/best_prior_score"] = m["references"][m["best_prior"]]["mean"]
+            if "control" in m:  # the swap control, its own column
+                flat[f"{name}/control"], flat[f"{name}/leakage_vs_control"] = m["control"]["mean"], m["leakage"]["mean"]
         run.summary.update(flat)
         rows = [r.flat() for r in result.rows]
         columns = sorted({k for r in rows for k in r})

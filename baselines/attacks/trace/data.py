@@ -1,0 +1,86 @@
+"""TRACE's training data: auxiliary episodes the attacker collects itself (train and val layouts, never the
+held-out split), reduced to fixed gradient features once and cached with the plug-in API's
+:class:`~gradleak_bench.artifacts.ArtifactCache`."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from gradleak_bench.artifacts import ArtifactCache
+from gradleak_bench.baselines.attacks.trace.config import FEATURES_VERSION, TraceConfig
+from gradleak_bench.baselines.attacks.trace.model import GradientFeaturizer
+
+
+@dataclass
+class TraceData:
+    feats: torch.Tensor    # (N, T, F) float32, zero-padded
+    images: torch.Tensor   # (N, T, H, W, 3) uint8
+    actions: torch.Tensor  # (N, T) int64, -1 where padded
+    lengths: torch.Tensor  # (N,) int64
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {"feats": self.feats, "images": self.images, "actions": self.actions, "lengths": self.lengths}
+
+
+def stack(items: list[tuple[torch.Tensor, np.ndarray, np.ndarray]], T: int) -> TraceData:
+    n, F_ = len(items), items[0][0].shape[1]
+    H, W = items[0][1].shape[1:3]
+    feats = torch.zeros(n, T, F_)
+    images = torch.zeros(n, T, H, W, 3, dtype=torch.uint8)
+    actions = torch.full((n, T), -1, dtype=torch.long)
+    lengths = torch.zeros(n, dtype=torch.long)
+    for i, (f, rgb, act) in enumerate(items):
+        k = f.shape[0]
+        feats[i, :k], images[i, :k] = f, torch.as_tensor(rgb)
+        actions[i, :k], lengths[i] = torch.as_tensor(act), k
+    return TraceData(feats, images, actions, lengths)
+
+
+def to_unit(images: torch.Tensor) -> torch.Tensor:  # (..., H, W, 3) uint8 -> (..., 3, H, W) float
+    return images.movedim(-1, -3).float() / 255.0
+
+
+def psnr(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    mse = (a - b).pow(2).flatten(-3).mean(-1)
+    return 10 * torch.log10(1.0 / mse.clamp(min=1e-10))
+
+
+
+def feature_cache(config: TraceConfig, identity: Mapping[str, Any], layout: Mapping[str, Any]) -> ArtifactCache:
+    """Where the features of this configuration's auxiliary episodes are cached: everything that determines
+    them (featuriser, episodes, protocol, victim, gradient layout) is in the key; the model's settings are not,
+    so ablations and longer trainings share one collection."""
+    c = config
+    return ArtifactCache("trace-features", {
+        "features": FEATURES_VERSION, "rank": c.sketch_rank, "bias_dim": c.bias_dim, "feature_seed": c.feature_seed,
+        "episodes_per_layout": c.episodes_per_layout, "max_episodes": c.max_episodes,
+        "val_episodes": c.val_episodes, "aux_seed": c.aux_seed, "protocol": c.protocol, "victim": dict(identity),
+        "gradient_layout": dict(layout)})
+
+
+def collect(config: TraceConfig, auxiliary: Any, featurizer: GradientFeaturizer, cache: ArtifactCache,
+            progress: bool = False, desc: str = "trace") -> tuple[TraceData, TraceData]:
+    """(train, val) features, frames and actions: read from ``cache`` or collected with
+    ``auxiliary.collect`` on ``config.protocol`` and cached."""
+    from tqdm.auto import tqdm
+
+    out = []
+    for split, per_layout, limit in (("train", config.episodes_per_layout, config.max_episodes),
+                                     ("val", 1, config.val_episodes)):
+        if cache.exists(split):
+            out.append(TraceData(**cache.load_tensors(split)[0]))
+            continue
+        items = []
+        stream = auxiliary.collect(episodes_per_layout=per_layout, seed=config.aux_seed, split=split,
+                                   max_episodes=limit, protocol=config.protocol)
+        for episode, grads in tqdm(stream, desc=f"{desc}: collect {split} episodes + features",
+                                   disable=not progress, total=limit):
+            items.append((featurizer(grads.tensors), episode.steps["rgb"], episode.steps["action"]))
+        data = stack(items, max(f.shape[0] for f, _, _ in items))
+        cache.save_tensors(split, data.tensors(), {"split": split, "protocol": config.protocol})
+        out.append(data)
+    return out[0], out[1]

@@ -1,0 +1,158 @@
+"""TRACE's training loop: teacher forcing, then scheduled sampling; AdamW with warm-up and cosine decay; one
+checkpoint per epoch through the plug-in API's :class:`~gradleak_bench.artifacts.ArtifactCache`, so a stopped
+training resumes exactly (same weights as an uninterrupted one)."""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from gradleak_bench.artifacts import ArtifactCache
+from gradleak_bench.baselines.attacks.trace.data import TraceData, psnr, to_unit
+from gradleak_bench.baselines.attacks.trace.model import TraceNet
+from gradleak_bench.errors import GradleakError
+
+CHECKPOINT = "train_state"
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """How one call trains (not what it trains: that is the :class:`TraceConfig`)."""
+
+    name: str = "trace"
+    device: torch.device = torch.device("cpu")
+    progress: bool = False
+    stop_after: int | None = None  # stop after this many epochs in this call (a checkpoint is written first)
+    force: bool = False            # ignore an existing checkpoint
+
+
+def normalise_features(model: TraceNet, train: TraceData) -> None:
+    """Feature standardisation and the last step embedding, from the training episodes (buffers: saved)."""
+    valid = torch.arange(train.feats.shape[1])[None] < train.lengths[:, None]
+    flat = train.feats[valid]
+    model.feat_mean.copy_(flat.mean(0))
+    model.feat_std.copy_(flat.std(0).clamp(min=1e-6))
+    model.step_cap.fill_(min(model.cfg.max_steps, int(train.lengths.max())) - 1)
+
+
+def train(model: TraceNet, train_data: TraceData, val: TraceData, cache: ArtifactCache, options: TrainOptions,
+          collect_seconds: float) -> dict[str, Any]:
+    """Train ``model`` in place for ``model.cfg.epochs`` epochs (resuming from ``cache``'s checkpoint);
+    returns the training report (history per epoch, seconds).
+
+    Raises:
+        GradleakError: ``stop_after`` epochs were run and more remain (the checkpoint is written).
+    """
+    from tqdm.auto import tqdm
+
+    c = model.cfg
+    opt = torch.optim.AdamW(model.parameters(), lr=c.lr, weight_decay=c.weight_decay)
+    n = train_data.feats.shape[0]
+    per_epoch = math.ceil(n / c.batch_size)
+    total_steps = per_epoch * c.epochs
+    state: dict[str, Any] = {"epoch": 0, "history": [], "train_seconds": 0.0, "collect_seconds": collect_seconds}
+    if not options.force and (resumed := cache.load_checkpoint(CHECKPOINT, model, opt)) is not None:
+        state = resumed
+        model.to(options.device)
+        print(f"[{options.name}] resuming from epoch {state['epoch']} of {c.epochs} ({cache.path(CHECKPOINT)})",
+              file=sys.stderr, flush=True)
+    bar = tqdm(total=total_steps, initial=state["epoch"] * per_epoch, desc=f"{options.name}: train",
+               disable=not options.progress)
+    epochs_this_call = 0
+    while state["epoch"] < c.epochs:
+        state["history"].append(_epoch(model, opt, train_data, val, state["epoch"], per_epoch, total_steps,
+                                       options.device, bar))
+        state["train_seconds"] += state["history"][-1]["seconds"]
+        state["epoch"] += 1
+        epochs_this_call += 1
+        cache.save_checkpoint(CHECKPOINT, model, opt, state)  # every epoch: an epoch is the unit of resume
+        if options.stop_after is not None and epochs_this_call >= options.stop_after and state["epoch"] < c.epochs:
+            bar.close()
+            raise GradleakError(f"{options.name}: training stopped after epoch {state['epoch']} of {c.epochs} "
+                                f"(stop_after={options.stop_after}); run again to resume from "
+                                f"{cache.path(CHECKPOINT)}")
+    bar.close()
+    model.eval()
+    return {"epochs": c.epochs, "train_sequences": n, "val_sequences": int(val.feats.shape[0]),
+            "collect_seconds": state["collect_seconds"], "train_seconds": state["train_seconds"],
+            "history": state["history"]}
+
+
+def _epoch(model: TraceNet, opt: torch.optim.Optimizer, data: TraceData, val: TraceData, epoch: int,
+           per_epoch: int, total_steps: int, device: torch.device, bar: Any) -> dict[str, Any]:
+    c = model.cfg
+    t0 = time.perf_counter()
+    # the epoch's order and sampling draws depend on (seed, epoch) only: a resumed run draws the same
+    gen = torch.Generator().manual_seed(c.seed * 1_000_003 + epoch)
+    order = torch.randperm(data.feats.shape[0], generator=gen)
+    tf = epoch < c.tf_fraction * c.epochs
+    sums = {"loss": 0.0, "mse": 0.0, "ce": 0.0, "n": 0}
+    p_sample = 0.0 if tf else c.ss_max * min(1.0, (epoch + 1 - c.tf_fraction * c.epochs) /
+                                             max(1.0, (1 - c.tf_fraction) * c.epochs / 2))
+    model.train()
+    for b in range(per_epoch):
+        step = epoch * per_epoch + b
+        for group in opt.param_groups:  # warm-up then cosine decay, a function of the global step
+            group["lr"] = c.lr * min(1.0, (step + 1) / max(1, per_epoch)) * \
+                0.5 * (1 + math.cos(math.pi * step / max(1, total_steps)))
+        ids = order[b * c.batch_size: (b + 1) * c.batch_size]
+        loss, parts = loss_of(model, data, ids, p_sample, gen, device)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sums["loss"] += float(loss.detach()) * len(ids)
+        sums["mse"] += parts["mse"] * len(ids)
+        sums["ce"] += parts["ce"] * len(ids)
+        sums["n"] += len(ids)
+        bar.update(1)
+        bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss.detach()):.4f}", p_ss=f"{p_sample:.2f}")
+    seconds = time.perf_counter() - t0
+    val_psnr, val_acc = validate(model, val, device)
+    return {"epoch": epoch + 1, "loss": sums["loss"] / sums["n"], "mse": sums["mse"] / sums["n"],
+            "ce": sums["ce"] / sums["n"], "p_scheduled_sampling": p_sample, "seconds": seconds,
+            "sequences_per_s": sums["n"] / seconds, "val_psnr_autoregressive": val_psnr,
+            "val_action_accuracy": val_acc}
+
+
+def loss_of(model: TraceNet, data: TraceData, ids: torch.Tensor, p_sample: float, gen: torch.Generator,
+            device: torch.device) -> tuple[torch.Tensor, dict[str, float]]:
+    """MSE + L1 on [0, 1] RGB + ``action_weight`` x cross-entropy; previous-image tokens from the true frames,
+    each replaced by the model's own (no-grad) prediction with probability ``p_sample``."""
+    feats = data.feats[ids].to(device)
+    target = to_unit(data.images[ids]).to(device)
+    actions = data.actions[ids].to(device)
+    B, T = actions.shape
+    valid = (torch.arange(T)[None] < data.lengths[ids][:, None]).to(device)
+    prev = torch.zeros_like(target)
+    prev[:, 1:] = target[:, :-1]
+    if p_sample > 0 and model.cfg.temporal:
+        with torch.no_grad():
+            pred, _ = model(feats, prev)
+        mix = (torch.rand(B, T, generator=gen) < p_sample).to(device)[:, :, None, None, None]
+        prev[:, 1:] = torch.where(mix[:, 1:], pred[:, :-1], prev[:, 1:])
+    images, logits = model(feats, prev if model.cfg.temporal else None)
+    err = (images - target)[valid]
+    mse, l1 = err.pow(2).mean(), err.abs().mean()
+    ce = F.cross_entropy(logits[valid], actions[valid])
+    return mse + l1 + model.cfg.action_weight * ce, {"mse": float(mse.detach()), "ce": float(ce.detach())}
+
+
+@torch.no_grad()
+def validate(model: TraceNet, val: TraceData, device: torch.device) -> tuple[float, float]:
+    """Autoregressive PSNR and action accuracy on the attacker's own val-layout episodes."""
+    model.eval()
+    psnrs, hits = [], []
+    for i in range(val.feats.shape[0]):
+        k = int(val.lengths[i])
+        images, logits = model.generate(val.feats[i, :k].to(device))
+        psnrs.append(psnr(images.cpu(), to_unit(val.images[i, :k])))
+        hits.append(logits.argmax(-1).cpu() == val.actions[i, :k])
+    model.train()
+    return float(torch.cat(psnrs).mean()), float(torch.cat(hits).float().mean())
+
