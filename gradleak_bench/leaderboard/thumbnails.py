@@ -37,7 +37,7 @@ KINDS = ("truth", "reconstruction", "prior")
 IMAGE_FIELDS = ("rgb", "depth")
 TRAJECTORY_FIELD = "pose"
 GAP = 2  # px between tiles (white), and twice that between episodes
-PLOT = 96  # px: side of one episode's top-down trajectory plot
+PLOT = 128  # px: side of one episode's top-down trajectory plot
 #: A regenerated image row may differ from the committed one by this mean absolute grey level (of 255);
 #: a regenerated path point by this many metres; actions must match exactly (integers).
 IMAGE_TOL = 2.0
@@ -245,13 +245,15 @@ def decompose(canvas: np.ndarray, frames: tuple[tuple[str, int], ...], tile: tup
 
 
 def trajectory_png(paths: dict[str, dict[str, np.ndarray]]) -> bytes:
-    """One top-down plot per episode (north up): truth black, reconstruction red, best prior blue."""
+    """One top-down plot per episode (world x right, y up; one scale for both axes, fitted to the three paths):
+    truth black, reconstruction red, best prior blue, a dot at each start."""
     from PIL import Image, ImageDraw
 
     panels = []
     for kinds in paths.values():
         image = Image.new("RGB", (PLOT, PLOT), (255, 255, 255))
         draw = ImageDraw.Draw(image)
+        draw.rectangle((0, 0, PLOT - 1, PLOT - 1), outline=(208, 215, 222))
         points = np.concatenate([p for p in kinds.values() if len(p)])
         lo, hi = points.min(axis=0), points.max(axis=0)
         scale = (PLOT - 8) / max(float((hi - lo).max()), 1e-3)
