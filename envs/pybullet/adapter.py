@@ -7,6 +7,7 @@ the one already built. Layout ids are those of the manifest ``envs/splits/v0.jso
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -56,14 +57,24 @@ def resolve_layouts(layouts: str | Sequence[int]) -> tuple[int, ...]:
 
 
 def apartment_facts(apartment: Apartment) -> LayoutFacts:
-    """The public :class:`LayoutFacts` of an apartment (rooms are the cells of its grid, row-major)."""
+    """The public :class:`LayoutFacts` of an apartment (rooms are the cells of its grid, row-major), with
+    read-only arrays: facts are cached and shared, so no caller may change another's."""
     xs, ys = apartment.xs, apartment.ys
     rooms = np.array([(xs[c], ys[r], xs[c + 1], ys[r + 1]) for r in range(len(ys) - 1) for c in range(len(xs) - 1)],
                      dtype=np.float64)
+    arrays = dict(free=apartment.free.copy(), rooms=rooms, doorway_centres=doorway_centres(apartment),
+                  furniture=furniture_footprints(apartment))
+    for value in arrays.values():
+        value.flags.writeable = False
     return LayoutFacts(backend="pybullet", layout_id=int(apartment.layout_id), scene=scene_name(apartment.layout_id),
-                       free=apartment.free, cell=float(apartment.cell), origin=(0.0, 0.0), rooms=rooms,
-                       doors=tuple((d.a, d.b) for d in apartment.doors), doorway_centres=doorway_centres(apartment),
-                       furniture=furniture_footprints(apartment))
+                       cell=float(apartment.cell), origin=(0.0, 0.0), doors=tuple((d.a, d.b) for d in apartment.doors),
+                       **arrays)
+
+
+@functools.lru_cache(maxsize=32)
+def _layout_facts(layout_id: int) -> LayoutFacts:
+    # a metric asks once per episode and metric; generating an apartment takes tens of milliseconds
+    return apartment_facts(generate_apartment(layout_id))
 
 
 def scene_name(layout_id: int) -> str:
@@ -120,7 +131,7 @@ class PyBulletBackend:
 
     @classmethod
     def layout_facts(cls, layout_id: int) -> LayoutFacts:
-        return apartment_facts(generate_apartment(int(layout_id)))
+        return _layout_facts(int(layout_id))
 
     # ------------------------------------------------------------ scene
     def load(self, layout_id: int) -> None:
