@@ -242,6 +242,7 @@ _BUILTIN = (
 TASKS: dict[str, TaskSpec] = {spec.name: spec for spec in _BUILTIN}
 _BUILTIN_NAMES = frozenset(TASKS)
 _entry_points_loaded = False
+_BROKEN: dict[str, str] = {}  # task plug-ins that failed to load: name -> why (named when asked for)
 
 
 def register_task(spec: TaskSpec) -> TaskSpec:
@@ -279,6 +280,7 @@ def load_entry_points(strict: bool = True) -> None:
         try:
             register_task(_load_spec(ep))
         except (PluginLoadError, ValueError, TypeError) as exc:
+            _BROKEN[ep.name] = str(exc)
             if strict:
                 raise PluginLoadError(str(exc)) from exc
             warnings.warn(f"skipped a task plug-in: {exc}", stacklevel=2)
@@ -310,8 +312,11 @@ def get_task(name: str) -> TaskSpec:
 
     Raises:
         UnknownNameError: For any other name (exit 2 from the CLI, with the known names).
+        PluginLoadError: For the name of a task plug-in that failed to load (why it failed).
     """
     load_entry_points()
+    if name in _BROKEN:
+        raise PluginLoadError(_BROKEN[name])
     if name in TASKS:
         return TASKS[name]
     for spec in TASKS.values():

@@ -123,6 +123,21 @@ def test_a_task_plug_in_cannot_shadow_a_built_in(tmp_path):
     assert run.stdout.split()[-2:] == ["gradleak_bench.envs.pointnav:PointNav", "toy/Explore-v0"]
 
 
+def test_a_broken_task_plug_in_never_breaks_the_import_and_is_named_when_asked_for(tmp_path):
+    _install_toy_task(tmp_path)
+    (tmp_path / "toy_task.py").write_text("raise RuntimeError('half-installed')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    code = ("import warnings; warnings.simplefilter('ignore'); import gradleak_bench\n"
+            "from gradleak_bench.tasks import get_task\n"
+            "print(get_task('PointNav').name)\n"
+            "try:\n    get_task('Explore')\nexcept Exception as exc:\n    print(type(exc).__name__, exc)")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.strip().splitlines()
+    assert lines[-2] == "PointNav"
+    assert lines[-1].startswith("PluginLoadError") and "'Explore'" in lines[-1] and "half-installed" in lines[-1]
+
+
 # --------------------------------------------------------------------------------------------- a toy backend
 
 TOY_BACKEND = '''
