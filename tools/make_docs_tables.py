@@ -543,7 +543,7 @@ def defenses_grid_ap(data: dict) -> str:
     return grid_table(data, (("dqn_compact", "closed_form", "action_accuracy", "closed_form action acc."),
                              ("dqn_compact", "qgi", "rgb_psnr", "qgi RGB PSNR"),
                              ("dqn_compact", "qgi", "depth_psnr", "qgi depth PSNR"),
-                             ("dqn_compact", "qgi", "bbox_iou", "qgi box IoU")), utility=True)
+                             ("dqn_compact", "qgi", "bbox_iou", "qgi box IoU")))
 
 
 # ------------------------------------------------------------------ registry
