@@ -565,6 +565,7 @@ TABLES: dict[str, Table] = {
     "calibrated_qgi": Table("docs/priors.md", CALIBRATED_QGI, calibrated_runs),
     "split_identity_margins": Table("docs/tasks.md", (SPLIT_MARGINS,), split_identity_margins),
     "headline_closed_form": Table("docs/closed-form.md", CLOSED_FORM_RUNS, headline_closed_form),
+    "headline_tsp": Table("docs/tsp.md", TSP_RUNS, headline_tsp),
 }
 
 
