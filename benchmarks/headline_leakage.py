@@ -161,7 +161,8 @@ def run_one(run: Run, threads: int) -> None:
     target = DATA / f"{run.name}.json"
     cmd = run.command(threads)
     text = shlex.join(cmd)
-    if target.is_file() and json.loads(target.read_text()).get("command") == text:
+    if target.is_file() and (done := json.loads(target.read_text())).get("command") == text:
+        target.write_text(json.dumps(finite(done), indent=1, allow_nan=False) + "\n")  # files of older versions
         print(f"{run.name}: done ({target.relative_to(ROOT)})")
         return
     print(f"{run.name}: {text}", flush=True)

@@ -64,7 +64,10 @@ def test_headline_file_is_its_per_episode_values(path):
     import json
     import math
 
-    run = json.loads(path.read_text())  # strict JSON: NaN would not parse as null
+    def refuse(name: str):
+        raise AssertionError(f"{path.name}: {name} is not JSON (write null)")
+
+    run = json.loads(path.read_text(), parse_constant=refuse)
     episodes = [e for e in run["episodes"] if e["status"] == "ok"]
     assert len(episodes) == run["n_episodes"] - run["n_failed"] > 0
     checked = 0

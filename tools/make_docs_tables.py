@@ -354,11 +354,19 @@ def oriented(m: dict, key: str) -> tuple[float, float, float] | None:
     return triple if m.get("higher_is_better", True) else (-triple[0], -triple[2], -triple[1])
 
 
-def verdict(m: dict) -> str:
-    """Whether the gradient gave more than the best prior: the CI of the oriented leakage excludes 0."""
+# fewer scored episodes than this (a metric undefined on most episodes, e.g. IoU over frames with the target
+# in view) give a bootstrap CI that says nothing: no verdict
+MIN_EPISODES = 5
+
+
+def verdict(m: dict, n: int | None = None) -> str:
+    """Whether the gradient gave more than the best prior: the CI of the oriented leakage excludes 0 (over
+    ``n`` scored episodes, when given)."""
     leak = oriented(m, "prior_leakage")
     if leak is None or not all(math.isfinite(v) for v in leak):
         return "no prior"
+    if n is not None and n < MIN_EPISODES:
+        return f"too few episodes ({n})"
     if leak[1] > 0:
         return "**leaks**"
     return "below prior" if leak[2] < 0 else "no leak (CI spans 0)"
@@ -374,16 +382,23 @@ def _best(m: dict) -> str:
     return f"{best.removeprefix('prior:')} {m['best_prior_score']['mean']:.3g}" if best else "--"
 
 
+def scored_episodes(run: dict, metric: str) -> int:
+    """Episodes with a finite value of ``metric`` (null where it is undefined, e.g. no target in view)."""
+    return sum(1 for e in run["episodes"] if e["status"] == "ok"
+               and isinstance(e["values"][metric][0], (int, float)) and math.isfinite(e["values"][metric][0]))
+
+
 def headline_rows(runs: tuple[dict, ...], only: tuple[str, ...] | None, victim: bool = True) -> list[list[str]]:
     rows = []
     for run in runs:
         for metric, m in run["metrics"].items():
             if only is not None and metric not in only:
                 continue
+            n = scored_episodes(run, metric)
             who = [f"{run['task']}/{run['victim']}/{run['checkpoint']}"] if victim else []
             rows.append([_run_label(run), *who, f"`{metric}`", _interval(m), _best(m),
-                         _interval(m.get("prior_leakage")), verdict(m), _interval(m.get("control")),
-                         _interval(m.get("leakage")), f"{run['n_episodes'] - run['n_failed']}"])
+                         _interval(m.get("prior_leakage")), verdict(m, n), _interval(m.get("control")),
+                         _interval(m.get("leakage")), str(n)])
     return rows
 
 
@@ -455,11 +470,14 @@ SUMMARY_FIELDS = (("actions", "action_accuracy"), ("RGB PSNR", "rgb_psnr"), ("RG
                   ("trajectory ATE", "ate"), ("path shape (Frechet, aligned)", "frechet_aligned"))
 
 
-def _short(m: dict | None) -> str:
+def _short(m: dict | None, n: int) -> str:
     if not isinstance(m, dict) or oriented(m, "prior_leakage") is None:
         return ""
     mean, low, high = oriented(m, "prior_leakage")
-    mark = {"**leaks**": "**leaks**", "below prior": "below", "no leak (CI spans 0)": "no"}.get(verdict(m), "")
+    said = verdict(m, n)
+    if said.startswith("too few"):
+        return said
+    mark = {"**leaks**": "**leaks**", "below prior": "below", "no leak (CI spans 0)": "no"}.get(said, "")
     return f"{mark} {mean:+.3g} [{low:+.3g}, {high:+.3g}]"
 
 
@@ -467,7 +485,8 @@ def headline_summary(*runs: dict) -> str:
     """Which attack leaks which field beyond the best prior: one row per run, one column per field."""
     rows = []
     for run in runs:
-        cells = [_short(run["metrics"].get(metric)) for _, metric in SUMMARY_FIELDS]
+        cells = [_short(run["metrics"][metric], scored_episodes(run, metric)) if metric in run["metrics"] else ""
+                 for _, metric in SUMMARY_FIELDS]
         rows.append([_run_label(run), f"{run['task']}/{run['victim']}/{run['checkpoint']}", *cells])
     keep = [i for i in range(len(SUMMARY_FIELDS)) if any(row[2 + i] for row in rows)]
     header = ["attack", "task/victim/checkpoint", *(f"{SUMMARY_FIELDS[i][0]} (`{SUMMARY_FIELDS[i][1]}`)" for i in keep)]
@@ -524,7 +543,7 @@ def defenses_grid_ap(data: dict) -> str:
     return grid_table(data, (("dqn_compact", "closed_form", "action_accuracy", "closed_form action acc."),
                              ("dqn_compact", "qgi", "rgb_psnr", "qgi RGB PSNR"),
                              ("dqn_compact", "qgi", "depth_psnr", "qgi depth PSNR"),
-                             ("dqn_compact", "qgi", "bbox_iou", "qgi box IoU")), utility=True)
+                             ("dqn_compact", "qgi", "bbox_iou", "qgi box IoU")))
 
 
 # ------------------------------------------------------------------ registry
@@ -546,6 +565,7 @@ TABLES: dict[str, Table] = {
     "calibrated_qgi": Table("docs/priors.md", CALIBRATED_QGI, calibrated_runs),
     "split_identity_margins": Table("docs/tasks.md", (SPLIT_MARGINS,), split_identity_margins),
     "headline_closed_form": Table("docs/closed-form.md", CLOSED_FORM_RUNS, headline_closed_form),
+    "headline_tsp": Table("docs/tsp.md", TSP_RUNS, headline_tsp),
 }
 
 

@@ -237,12 +237,39 @@ def _cell_md(c: Column, i: int) -> str:
     return c.markup[i][0] if c.markup is not None else _md_cell(c.cells[i][0], c.user)
 
 
+def summary(all_boards: list[Board]) -> list[tuple[Board, str, str, str]]:
+    """Per board: (board, its leader, the leader's headline, how many ranked entries leak)."""
+    out = []
+    for board in all_boards:
+        ranked = [e for e in board.entries if board.ranked(e)]
+        leaks = sum(_headline(e, board.metric)[0].split(" (vs swap")[0].endswith(VERDICTS["leaks"]) for e in ranked)
+        if not ranked:
+            out.append((board, "–", "–", "0 of 0"))
+            continue
+        top = ranked[0]
+        who = f"{top.attack}, {top.victim} @ {top.checkpoint}, {_defense(top)}"
+        out.append((board, who, _headline(top, board.metric)[0], f"{leaks} of {len(ranked)}"))
+    return out
+
+
+def _anchor(board: Board) -> str:
+    """GitHub's heading anchor of ``## task: title``."""
+    return re.sub(r"[^a-z0-9 -]", "", f"{board.task}: {board.title}".lower()).replace(" ", "-")
+
+
 def render_markdown(entries: list[Entry], shown: Shown | None = None) -> str:
     shown = shown or Shown(entries)
     parts = [MARKDOWN_HEAD]
     if not entries:
         parts.append("\nNo entries yet.\n")
-    for board in boards(entries):
+    all_boards = boards(entries)
+    if all_boards:
+        parts.append("| board | ranked by | leader | its leakage vs best prior | entries that leak |")
+        parts.append("|---|---|---|---|---|")
+        for board, who, lead, leaks in summary(all_boards):
+            parts.append(f"| [{board.task}: {board.title}](#{_anchor(board)}) | `{board.metric}` | {_md_cell(who, True)} "
+                         f"| {lead} | {leaks} |")
+    for board in all_boards:
         cols = columns(board, shown)
         parts.append(f"\n## {board.task}: {board.title}\n\nRanked by `{board.metric}` leakage vs best prior.\n")
         parts.append("| " + " | ".join(c.title for c in cols) + " | links |")
@@ -268,6 +295,7 @@ td.num { font-variant-numeric: tabular-nums; }
 td.lead { font-weight: 600; }
 td.v-leaks { background: #dff3e3; } td.v-none { background: #f2f2f2; color: #555; }
 td.v-below { background: #fbe3e3; }
+table.summary th { cursor: default; }
 div.scroll { overflow-x: auto; }
 img.thumb { image-rendering: pixelated; display: block; max-height: 200px; }
 div.acts { font-family: ui-monospace, monospace; font-size: 12px; }
@@ -325,8 +353,13 @@ def render_html(entries: list[Entry], shown: Shown | None = None) -> str:
         body.append("<p>No entries yet.</p>")
     all_boards = boards(entries)
     if all_boards:
-        body.append("<p>Boards: " + " · ".join(f'<a href="#{esc(b.id)}">{esc(b.task)}: {esc(b.title)}</a>'
-                                                for b in all_boards) + "</p>")
+        body.append('<table class="summary"><thead><tr><th>board</th><th>ranked by</th><th>leader</th>'
+                    "<th>its leakage vs best prior</th><th>entries that leak</th></tr></thead><tbody>")
+        for board, who, lead, leaks in summary(all_boards):
+            body.append(f'<tr><td><a href="#{esc(board.id)}">{esc(board.task)}: {esc(board.title)}</a></td>'
+                        f"<td><code>{esc(board.metric)}</code></td><td>{esc(who)}</td>"
+                        f'<td class="{_verdict_class(lead)}">{esc(lead)}</td><td>{esc(leaks)}</td></tr>')
+        body.append("</tbody></table>")
     for board in all_boards:
         cols = columns(board, shown)
         body.append(f"<h2>{esc(board.task)}: {esc(board.title)} <small>(ranked by <code>{esc(board.metric)}</code> "
