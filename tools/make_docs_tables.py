@@ -566,6 +566,8 @@ TABLES: dict[str, Table] = {
     "split_identity_margins": Table("docs/tasks.md", (SPLIT_MARGINS,), split_identity_margins),
     "headline_closed_form": Table("docs/closed-form.md", CLOSED_FORM_RUNS, headline_closed_form),
     "headline_tsp": Table("docs/tsp.md", TSP_RUNS, headline_tsp),
+    "defenses_grid_ap": Table("docs/defenses.md", (GRID_AP,), defenses_grid_ap),
+    "headline_inversion": Table("docs/inversion-attacks.md", INVERSION_RUNS, headline_inversion),
 }
 
 
