@@ -33,15 +33,19 @@ class ActivePerception(TaskEnv):
                  image_size: int | None = None, render_mode: str | None = None, fov: float | None = None,
                  backend_options: dict[str, Any] | None = None):
         super().__init__(spec, backend, layouts, image_size, render_mode, fov, backend_options)
-        n = self.image_size
-        self.observation_space = spaces.Dict({
+        self.observation_space = self.task_observation_space(spec, self.image_size)
+        self.target: Target | None = None
+        self.target_name = ""
+        self.target_position = np.zeros(2, dtype=np.float32)
+
+    @classmethod
+    def task_observation_space(cls, spec: TaskSpec, image_size: int) -> spaces.Space:
+        n = image_size
+        return spaces.Dict({
             "rgb": spaces.Box(0, 255, (n, n, 3), dtype=np.uint8),
             "depth": spaces.Box(0.0, spec.camera.far, (n, n, 1), dtype=np.float32),
             "bbox": spaces.Box(-1.0, 1.0, (4,), dtype=np.float32),
         })
-        self.target: Target | None = None
-        self.target_name = ""
-        self.target_position = np.zeros(2, dtype=np.float32)
 
     def _reset_task(self) -> None:
         self.target = self.backend.draw_target(self.np_random)

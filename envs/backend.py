@@ -303,8 +303,13 @@ def make_env(task: str, backend: str = "pybullet", **kwargs: Any):
     backend_class(backend)  # an unknown backend is named before anything starts
     if spec.backends is not None and backend not in spec.backends:
         raise ValueError(f"{spec.gym_id} runs on the {', '.join(spec.backends)} backend only, not {backend!r}.")
+    return env_class(spec)(spec=spec, backend=backend, **kwargs)
+
+
+def env_class(spec: Any) -> type:
+    """The env class a :class:`~gradleak_bench.tasks.TaskSpec` names (package or installed plug-in code)."""
     module, cls = spec.env.split(":")
-    return getattr(importlib.import_module(module), cls)(spec=spec, backend=backend, **kwargs)
+    return getattr(importlib.import_module(module), cls)
 
 
 make_env.metadata = {"render_modes": ["rgb_array"], "render_fps": 10}

@@ -34,11 +34,14 @@ class PointNav(TaskEnv):
                  image_size: int | None = None, render_mode: str | None = None, fov: float | None = None,
                  backend_options: dict[str, Any] | None = None, progress_reward: float = 0.0):
         super().__init__(spec, backend, layouts, image_size, render_mode, fov, backend_options)
-        n = self.image_size
-        self.observation_space = spaces.Box(0, 255, (n, n, 3), dtype=np.uint8)
+        self.observation_space = self.task_observation_space(spec, self.image_size)
         self.goal_position = np.zeros(2, dtype=np.float32)
         self.progress_reward = float(progress_reward)
         self._last_distance = 0.0
+
+    @classmethod
+    def task_observation_space(cls, spec: TaskSpec, image_size: int) -> spaces.Space:
+        return spaces.Box(0, 255, (image_size, image_size, 3), dtype=np.uint8)
 
     def _reset_task(self) -> None:
         start = self._place()

@@ -55,7 +55,7 @@ class TaskEnv(gym.Env):
         self.layouts = cls.resolve_layouts(layouts)  # a bad scene name fails before any simulator starts
         self.image_size = int(image_size)
         self.render_mode = render_mode
-        self.action_space = self._action_space()
+        self.action_space = self.task_action_space(spec)
         self._backend_cls = cls
         self.backend = None
         self.backend = cls(layouts, self.layouts, self.image_size, float(spec.camera.fov if fov is None else fov),
@@ -103,10 +103,19 @@ class TaskEnv(gym.Env):
             self.backend = None
 
     # ------------------------------------------------------------ motion
-    def _action_space(self) -> spaces.Space:
-        if self.task.velocity is not None:
-            return spaces.Box(-1.0, 1.0, (len(self.task.action_components),), dtype=np.float32)
-        return spaces.Discrete(len(self.task.actions))
+    @staticmethod
+    def task_action_space(spec: TaskSpec) -> spaces.Space:
+        """The action space of ``spec``'s env: the spec alone fixes it."""
+        if spec.velocity is not None:
+            return spaces.Box(-1.0, 1.0, (len(spec.action_components),), dtype=np.float32)
+        return spaces.Discrete(len(spec.actions))
+
+    @classmethod
+    def task_observation_space(cls, spec: TaskSpec, image_size: int) -> spaces.Space | None:
+        """The observation space of this env class for ``spec`` at ``image_size``, known without building a
+        simulator (a subclass whose space depends only on the spec says so here and uses it in ``__init__``);
+        None: the env must be built to know it."""
+        return None
 
     def _execute(self, action: Any) -> None:
         """Apply one action through the backend with the task's motion model."""

@@ -74,6 +74,21 @@ def test_the_small_standard_split_is_the_official_one():
     assert datasets.check_official(ds) is True
 
 
+def test_a_stamped_split_is_official_without_rereading_until_the_file_changes(monkeypatch):
+    """A warm run trusts the verified stamp (no second read of every episode); an edit voids it."""
+    import os
+
+    config = datasets.standard_config("PointNav", "ppo_compact", "init", "test")
+    ds = datasets.load_or_generate(config, progress=False)  # writes the stamp
+    reads = []
+    real_verify = datasets.EpisodeDataset.verify
+    monkeypatch.setattr(datasets.EpisodeDataset, "verify", lambda self: reads.append(1) or real_verify(self))
+    assert datasets.check_official(ds) is True and not reads
+    stat = ds.path.stat()
+    os.utime(ds.path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # what any edit does to the file
+    assert datasets.check_official(ds) is True and reads == [1]
+
+
 @pytest.mark.slow
 def test_every_standard_split_is_the_official_one():
     for key in splits.manifest()["datasets"]:
