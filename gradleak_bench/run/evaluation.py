@@ -92,7 +92,9 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
     out.mkdir(parents=True, exist_ok=True)
     hidden = [cache_dir(), out.resolve()]
     attack, defense = start_plugins(config, hidden)  # before any truth is loaded
+    tracked = None
     try:
+        tracked = _start_tracking(config)
         victim = load_victim(task.name, config.victim, config.checkpoint)
         gradients = make_gradients(config, victim)
         n_actions = send_victim([attack, defense], victim, gradients)
@@ -130,13 +132,33 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
         store = run.compute(executor, resume, progress)
         try:
             guarantees = _guarantees(defense, n_actions)
-            return run.finish(store, official, victim, guarantees, notes)
+            return run.finish(store, official, victim, guarantees, notes, tracked)
         finally:
             store.close()
+    except BaseException:
+        if tracked is not None:
+            tracked.discard()
+        raise
     finally:
         attack.close()
         if defense is not None:
             defense.close()
+
+
+def _start_tracking(config: EvaluateConfig) -> Any:
+    """The run's W&B run, started now in the background (None without W&B); and ``scipy.stats``, which the
+    bootstrap intervals import at the end, imported meanwhile too: both overlap the scorer's waits on the
+    plug-in processes instead of following the scoring."""
+    import importlib
+    import threading
+
+    threading.Thread(target=importlib.import_module, args=("scipy.stats",), name="gradleak-import-scipy",
+                     daemon=True).start()
+    if config.wandb == "disabled":
+        return None
+    from gradleak_bench.run.tracking import TrackedRun
+
+    return TrackedRun(config)
 
 
 def _sealing(config: EvaluateConfig, fresh: FreshLayouts | None) -> tuple[EvaluateConfig, str | None]:
@@ -305,7 +327,7 @@ class _Run:
             bar.close()
 
     def finish(self, store: RunStore, official: bool | None, victim: LoadedVictim, guarantees: dict[str, float],
-               notes: list[str]) -> RunResult:
+               notes: list[str], tracked: Any = None) -> RunResult:
         """Every unit is done: controls, summary, files (each written once), W&B."""
         records = store.rows()
         self.controls.finish()
@@ -317,13 +339,12 @@ class _Run:
             summary["notes"] = notes
         result = RunResult(self.out, summary, rows)
         write_results(result)
-        if self.config.wandb != "disabled":
+        if tracked is not None:
             from gradleak_bench.records import Reconstruction
-            from gradleak_bench.run.tracking import log_run
 
             shown = [r.episode_id for r in rows if r.status == "ok"][:4]  # the picture grids show a few episodes
             recons = {e: Reconstruction(fields=store.reconstruction(e)) for e in shown}
-            log_run(result, self.config, recons, {e: self.dataset.episode(e) for e in shown})
+            tracked.log(result, recons, {e: self.dataset.episode(e) for e in shown})
         return result
 
     def summarise(self, rows: list[EpisodeRow], official: bool | None, victim: LoadedVictim) -> dict[str, Any]:

@@ -1,10 +1,15 @@
 """Weights & Biases logging (offline by default) and the reconstruction picture grid.
 
-wandb is imported here only, lazily, so the rest of the benchmark never pays for it.
+wandb is imported here only, lazily, so the rest of the benchmark never pays for it. An evaluation starts its
+W&B run (:class:`TrackedRun`) in a background thread as soon as it starts: wandb's import, its service process
+and its init (about 2 s of a warm run) then overlap the plug-ins' start and the scoring, which mostly waits
+on the sealed plug-in processes, instead of following them.
 """
 from __future__ import annotations
 
 import os
+import shutil
+import threading
 import warnings
 from dataclasses import asdict
 from pathlib import Path
@@ -47,35 +52,97 @@ def _strip(frames: np.ndarray, field: str) -> np.ndarray:
 
 def log_run(result: Any, config: Any, recons: dict[str, Reconstruction], truths: dict[str, Episode]) -> None:
     """Log config, summary, the per-episode table and the picture grid to a W&B run in ``config.wandb`` mode."""
-    grids = {f: reconstruction_grid(recons, truths, result.out / f"reconstructions_{f}.png", f) for f in ("rgb", "depth")}
-    try:
+    TrackedRun(config).log(result, recons, truths)
+
+
+class TrackedRun:
+    """A W&B run in ``config.wandb`` mode, its start (import + init) begun in a background thread at once.
+
+    :meth:`log` waits for the start, logs and finishes the run: when it returns, the complete offline run is in
+    ``OUT/wandb``. :meth:`discard` closes a run whose evaluation failed and removes what it wrote, so a failed
+    evaluation leaves ``OUT`` as it would have without W&B. Errors of the start are raised by either, in the
+    caller's thread.
+    """
+
+    def __init__(self, config: Any):
+        self._config, self._out = config, Path(config.out)
+        self._had_folder = (self._out / "wandb").exists()
+        self._run: Any = None
+        self._error: BaseException | None = None
+        self._missing = self._logged = False
+        self._thread = threading.Thread(target=self._start, name="gradleak-wandb-start", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        try:
+            import wandb
+        except ImportError:
+            self._missing = True
+            return
+        os.environ.setdefault("WANDB_SILENT", "true")
+        config = self._config
+        try:
+            self._run = wandb.init(project="gradleak-bench", mode=config.wandb, dir=str(self._out),
+                                   config=asdict(config), job_type="evaluate",
+                                   name=f"{config.attack}-{config.task}-{config.defense}", reinit=True)
+        except BaseException as exc:  # noqa: BLE001  handed to the caller's thread by _wait
+            self._error = exc
+
+    def _wait(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._run
+
+    def log(self, result: Any, recons: dict[str, Reconstruction], truths: dict[str, Episode]) -> None:
+        """Write the picture grids, then log config, summary, episode table and grids, and finish the run."""
+        grids = {f: reconstruction_grid(recons, truths, result.out / f"reconstructions_{f}.png", f)
+                 for f in ("rgb", "depth")}
+        self._logged = True  # whatever happens now, the run is this evaluation's to keep
+        run = self._wait()
+        if self._missing:
+            warnings.warn("wandb is not installed; skipping W&B logging (pip install wandb)", stacklevel=2)
+            return
         import wandb
-    except ImportError:
-        warnings.warn("wandb is not installed; skipping W&B logging (pip install wandb)", stacklevel=2)
-        return
-    os.environ.setdefault("WANDB_SILENT", "true")
-    run = wandb.init(project="gradleak-bench", mode=config.wandb, dir=str(result.out), config=asdict(config),
-                     job_type="evaluate", name=f"{config.attack}-{config.task}-{config.defense}", reinit=True)
-    try:
-        flat = {"n_failed": result.summary["n_failed"], "ms_per_frame": result.summary["ms_per_frame"]}
-        for name, m in result.summary["metrics"].items():
-            flat[name] = m["mean"]
-            flat[f"{name}/ci_low"], flat[f"{name}/ci_high"] = m["ci_low"], m["ci_high"]
-            if m.get("prior_leakage") is not None:  # the headline: metric - best gradient-free prior, paired
-                lk = m["prior_leakage"]
-                flat[f"{name}/leakage_vs_best_prior"] = lk["mean"]
-                flat[f"{name}/leakage_vs_best_prior/ci_low"] = lk["ci_low"]
-                flat[f"{name}/leakage_vs_best_prior/ci_high"] = lk["ci_high"]
-                flat[f"{name}/best_prior"] = m["best_prior"]
-                flat[f"{name}/best_prior_score"] = m["references"][m["best_prior"]]["mean"]
-            if "control" in m:  # the swap control, its own column
-                flat[f"{name}/control"], flat[f"{name}/leakage_vs_control"] = m["control"]["mean"], m["leakage"]["mean"]
-        run.summary.update(flat)
-        rows = [r.flat() for r in result.rows]
-        columns = sorted({k for r in rows for k in r})
-        run.log({"episodes": wandb.Table(columns=columns, data=[[r.get(c) for c in columns] for r in rows])})
-        for f, path in grids.items():
-            if path is not None:
-                run.log({f"reconstructions/{f}": wandb.Image(str(path), caption="rows: truth, reconstruction")})
-    finally:
-        run.finish()
+
+        try:
+            run.summary.update(_flat_summary(result.summary))
+            rows = [r.flat() for r in result.rows]
+            columns = sorted({k for r in rows for k in r})
+            run.log({"episodes": wandb.Table(columns=columns, data=[[r.get(c) for c in columns] for r in rows])})
+            for f, path in grids.items():
+                if path is not None:
+                    run.log({f"reconstructions/{f}": wandb.Image(str(path), caption="rows: truth, reconstruction")})
+        finally:
+            run.finish()
+
+    def discard(self) -> None:
+        """The evaluation failed before logging: finish the run (marked failed) and remove its files."""
+        if self._logged:
+            return
+        try:
+            run = self._wait()
+        except Exception:  # noqa: BLE001  the evaluation's own error is the one to report
+            run = None
+        if run is None:
+            return
+        run.finish(exit_code=1)
+        if not self._had_folder:
+            shutil.rmtree(self._out / "wandb", ignore_errors=True)
+
+
+def _flat_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    flat = {"n_failed": summary["n_failed"], "ms_per_frame": summary["ms_per_frame"]}
+    for name, m in summary["metrics"].items():
+        flat[name] = m["mean"]
+        flat[f"{name}/ci_low"], flat[f"{name}/ci_high"] = m["ci_low"], m["ci_high"]
+        if m.get("prior_leakage") is not None:  # the headline: metric - best gradient-free prior, paired
+            lk = m["prior_leakage"]
+            flat[f"{name}/leakage_vs_best_prior"] = lk["mean"]
+            flat[f"{name}/leakage_vs_best_prior/ci_low"] = lk["ci_low"]
+            flat[f"{name}/leakage_vs_best_prior/ci_high"] = lk["ci_high"]
+            flat[f"{name}/best_prior"] = m["best_prior"]
+            flat[f"{name}/best_prior_score"] = m["references"][m["best_prior"]]["mean"]
+        if "control" in m:  # the swap control, its own column
+            flat[f"{name}/control"], flat[f"{name}/leakage_vs_control"] = m["control"]["mean"], m["leakage"]["mean"]
+    return flat
