@@ -146,14 +146,17 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
 
 
 def _start_tracking(config: EvaluateConfig) -> Any:
-    """The run's W&B run, started now in the background (None without W&B); and ``scipy.stats``, which the
-    bootstrap intervals import at the end, imported meanwhile too: both overlap the scorer's waits on the
-    plug-in processes instead of following the scoring."""
+    """The run's W&B run, started now in the background (None without W&B); and the modules the end of the
+    run needs (``scipy.stats``, pandas: about 1.5 s of CPU) imported meanwhile too: both overlap the scorer's
+    waits on the plug-in processes instead of following the scoring."""
     import importlib
     import threading
 
-    threading.Thread(target=importlib.import_module, args=("scipy.stats",), name="gradleak-import-scipy",
-                     daemon=True).start()
+    def imports() -> None:
+        for module in ("scipy.stats", "pandas"):  # the bootstrap intervals; episodes.csv
+            importlib.import_module(module)
+
+    threading.Thread(target=imports, name="gradleak-imports", daemon=True).start()
     if config.wandb == "disabled":
         return None
     from gradleak_bench.run.tracking import TrackedRun
