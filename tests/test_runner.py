@@ -114,8 +114,33 @@ def test_attack_gets_released_gradients_and_a_private_policy_copy(tmp_path):
 def test_topk_defense_and_wandb_offline(tmp_path):
     result = _run(tmp_path, defense="topk", defense_params={"keep": 0.1}, wandb="offline", episodes=3)
     assert result.summary["defense_params"] == {"keep": 0.1}
-    assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert runs and list(runs[0].glob("run-*.wandb"))  # complete when evaluate returns (W&B starts in a thread)
     assert np.isfinite(result.summary["ms_per_frame"])
+
+
+def test_a_failed_run_leaves_no_wandb_run(tmp_path):
+    """W&B starts in the background when the run starts; a run that then fails discards it, leaving OUT as
+    it was without W&B."""
+    from gradleak_bench.errors import GradleakError
+
+    plugin = tmp_path / "unfit.py"
+    plugin.write_text(textwrap.dedent("""
+        from gradleak_bench.records import Reconstruction
+
+        class Unfit:
+            name = "unfit"
+            fields = ("action",)
+
+            def supports(self, victim):
+                return "no fit today"
+
+            def reconstruct(self, episode, victim):
+                return Reconstruction(fields={"action": episode.t * 0})
+    """))
+    with pytest.raises(GradleakError, match="no fit today"):
+        _run(tmp_path, attack=f"{plugin}:Unfit", episodes=1, wandb="offline")
+    assert not (tmp_path / "run" / "wandb").exists()
 
 
 def test_the_tutorial_attack_in_the_docs_runs(tmp_path):
