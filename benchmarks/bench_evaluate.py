@@ -8,7 +8,8 @@ NatureCNN victim at init, 12 layouts x 4 episodes x 8 steps), each in a fresh pr
 * ``fixed_s`` / ``per_episode_s``: a least-squares fit ``a + b * N`` of warm runs with ``--episodes N``;
 * ``replay_ms_per_8_step_episode``: in process, the exact gradients of one episode (median).
 
-Every figure is the median of ``--repeats`` runs, with the torch thread count (``--threads``, passed to the
+Every figure is the median of ``--repeats`` runs (wall and CPU: user + sys of the CLI and its waited-for
+children), with the torch thread count (``--threads``, passed to the
 CLI) and the 1-minute load average before and after recorded beside it: on a shared machine a figure
 without its load means little.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -31,18 +33,26 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def timed(args: list[str], env: dict[str, str], threads: int) -> float:
-    start = time.perf_counter()
+def timed(args: list[str], env: dict[str, str], threads: int) -> tuple[float, float]:
+    """(wall s, CPU s): the CPU is user + sys of the CLI and the children it waited for (plug-in processes,
+    W&B's service), the figure a loaded machine inflates least."""
+    cpu_before, start = _children_cpu(), time.perf_counter()
     subprocess.run([sys.executable, "-m", "gradleak_bench.cli", "--threads", str(threads), *args], check=True,
                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, _children_cpu() - cpu_before
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def figure(fn, repeats: int) -> dict[str, float]:
     before = os.getloadavg()[0]
-    times = [fn(i) for i in range(repeats)]
-    return {"median_s": statistics.median(times), "min_s": min(times), "runs": len(times),
-            "load_before": before, "load_after": os.getloadavg()[0]}
+    runs = [fn(i) for i in range(repeats)]
+    times, cpus = [r[0] for r in runs], [r[1] for r in runs]
+    return {"median_s": statistics.median(times), "min_s": min(times), "cpu_median_s": statistics.median(cpus),
+            "runs": len(times), "load_before": before, "load_after": os.getloadavg()[0]}
 
 
 def replay_ms_per_episode(cache: str, threads: int) -> float:

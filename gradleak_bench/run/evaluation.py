@@ -347,7 +347,8 @@ class _Run:
 
             shown = [r.episode_id for r in rows if r.status == "ok"][:4]  # the picture grids show a few episodes
             recons = {e: Reconstruction(fields=store.reconstruction(e)) for e in shown}
-            tracked.log(result, recons, {e: self.dataset.episode(e) for e in shown})
+            pictured = [e for e in shown if {"rgb", "depth"} & set(recons[e].fields)]  # else no grid reads truth
+            tracked.log(result, recons, {e: self.dataset.episode(e) for e in pictured})
         return result
 
     def summarise(self, rows: list[EpisodeRow], official: bool | None, victim: LoadedVictim) -> dict[str, Any]:
