@@ -47,7 +47,7 @@ def main() -> None:
 
     start = time.perf_counter()
     layout_prior.cache_clear()
-    layout_prior("train")
+    layout_prior(info.task_facts, "train")
     prior_s = time.perf_counter() - start
     tsp, dr = TSP(fit_layouts=args.fit_layouts), DeadReckoning()
     start = time.perf_counter()

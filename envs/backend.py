@@ -1,10 +1,11 @@
-"""The simulator adapter protocol, and the factory behind ``gymnasium.make(id, backend=...)``.
+"""The simulator adapter protocol, the backend registry, and the factory behind ``gymnasium.make(id, backend=...)``.
 
-A task (PointNav, ActivePerception) is backend-independent: its spaces, actions, rewards, episode sampling
-and ``info`` live in :mod:`gradleak_bench.envs.simtask` (and, for the embedded default, in the PyBullet
-household env). A :class:`Backend` is the thin part that talks to one simulator: load a scene, list its
-navigable points and candidate targets, teleport to a start pose, execute a primitive move / turn / look,
-and return the current RGB, depth, pose and target mask.
+A task (PointNav, ActivePerception, ...) is one env class (:mod:`gradleak_bench.envs.task_env` and its
+subclasses) that runs on every backend: its spaces, actions, rewards, episode sampling and ``info`` do not
+depend on the simulator. A :class:`Backend` is the thin part that talks to one simulator: load a scene, list
+its navigable points and candidate targets, teleport to a start pose, execute a primitive move / turn / look,
+and return the current RGB, depth, pose and target mask. PyBullet (the default) is one backend like the
+others (:mod:`gradleak_bench.envs.pybullet.adapter`).
 
 Coordinates every backend reports in: ``x``, ``y`` on the floor plane (right-handed, metres), ``z`` up,
 ``yaw`` counter-clockwise from +x in radians, camera ``pitch`` in degrees, up positive.
@@ -12,12 +13,61 @@ Coordinates every backend reports in: ``x``, ``y`` on the floor plane (right-han
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from gradleak_bench.errors import UnknownNameError
+from gradleak_bench.errors import (
+    LayoutFactsUnavailableError, PluginLoadError, SimulatorUnavailableError, UnknownNameError,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class LayoutFacts:
+    """What a trajectory metric or attack may know about one layout (public for train/val layouts; the scorer
+    reads a held-out one for its metrics). World frame, metres.
+
+    Attributes:
+        backend: The backend whose scene this is; ``layout_id`` and ``scene`` name it there.
+        free: Boolean grid ``(ny, nx)``: cells where the robot's centre may stand; cell ``(i, j)`` covers
+            ``origin + (j, i) * cell`` to one cell further.
+        rooms: ``(R, 4)`` room rectangles ``(x0, y0, x1, y1)``, index = room id (a point belongs to the
+            first rectangle holding it, lower edges inclusive); None when the scene has no room map.
+        doors: The pairs of rooms each doorway joins, in doorway order.
+        doorway_centres: ``(D, 2)`` centres of the doorways on the floor, in the same order.
+        furniture: ``(M, 4)`` floor footprints ``(x0, y0, x1, y1)`` of the furniture pieces.
+    """
+
+    backend: str
+    layout_id: int
+    scene: str
+    free: np.ndarray
+    cell: float
+    origin: tuple[float, float]
+    rooms: np.ndarray | None
+    doors: tuple[tuple[int, int], ...]
+    doorway_centres: np.ndarray
+    furniture: np.ndarray
+
+    def free_points(self) -> np.ndarray:
+        """Centres ``(N, 2)`` of the free cells, in row-major order."""
+        rows, cols = np.nonzero(self.free)
+        return np.stack([(cols + 0.5) * self.cell + self.origin[0], (rows + 0.5) * self.cell + self.origin[1]],
+                        axis=1)
+
+    def room_of(self, x: float, y: float) -> int:
+        """The room holding (x, y), or -1 outside every room (and always -1 without a room map)."""
+        if self.rooms is None:
+            return -1
+        inside = (self.rooms[:, 0] <= x) & (x < self.rooms[:, 2]) & (self.rooms[:, 1] <= y) & (y < self.rooms[:, 3])
+        hits = np.flatnonzero(inside)
+        return int(hits[0]) if len(hits) else -1
+
+    def neighbours(self, room: int) -> tuple[int, ...]:
+        """Rooms that share a doorway with ``room``, ascending."""
+        return tuple(sorted({b for a, b in self.doors if a == room} | {a for a, b in self.doors if b == room}))
 
 
 @dataclass(frozen=True)
@@ -83,6 +133,31 @@ class Backend(Protocol):
     def targets(self) -> list[Target]:
         """Candidate ActivePerception targets of the loaded scene, in a fixed order."""
 
+    def draw_target(self, rng: np.random.Generator) -> Target:
+        """This episode's target, drawn from ``rng`` only: chosen among :meth:`targets` (scanned scenes,
+        :func:`choose_target`) or placed in the scene (procedural scenes); with ``view``'s mask to follow."""
+
+    def can_stand(self, point: np.ndarray) -> bool:
+        """Whether the robot fits at a navigable point now (a placed target may block one)."""
+
+    def nearby(self, position: np.ndarray) -> np.ndarray | None:
+        """Boolean mask over :meth:`navigable_points`: the points in the room of ``position`` or a room next to
+        it; None when the scene has no room map."""
+
+    def room(self) -> int:
+        """The room the robot is in (-1: outside any room, or no room map)."""
+
+    def show_goal(self, position: np.ndarray) -> None:
+        """Mark the PointNav goal (x, y) in the scene where the simulator can (PyBullet: a beacon)."""
+
+    @classmethod
+    def layout_facts(cls, layout_id: int) -> LayoutFacts:
+        """The :class:`LayoutFacts` of a layout, without starting the simulator.
+
+        Raises:
+            LayoutFactsUnavailableError: When the backend cannot give them.
+        """
+
     def teleport(self, point: np.ndarray, yaw: float) -> bool:
         """Place the robot at a navigable point with heading ``yaw`` and level camera; False if refused."""
 
@@ -105,69 +180,134 @@ class Backend(Protocol):
         """Release the simulator."""
 
 
-# name -> (module, class) of the adapter; pybullet is the embedded household env, not an adapter.
-BACKENDS: dict[str, tuple[str, str] | None] = {
-    "pybullet": None,
-    "ai2thor": ("gradleak_bench.envs.ai2thor.adapter", "AI2ThorBackend"),
-    "habitat": ("gradleak_bench.envs.habitat.adapter", "HabitatBackend"),
+class SceneBackend:
+    """Defaults for a simulator of scanned or authored scenes (AI2-THOR, Habitat): targets are objects already
+    in the scene, every navigable point is a place to stand, there is no goal marker and no room map. A
+    procedural backend (PyBullet) overrides these; an adapter need not inherit this class if it implements
+    the protocol."""
+
+    name = "scene"
+
+    @classmethod
+    def layout_facts(cls, layout_id: int) -> "LayoutFacts":
+        raise LayoutFactsUnavailableError(
+            f"the {cls.name} backend gives no layout facts (free-space grid, rooms, doorways, furniture) without "
+            "its simulator; metrics and attacks that need them run on PyBullet layouts only.")
+
+    def room(self) -> int:
+        return -1
+
+    def can_stand(self, point: np.ndarray) -> bool:
+        return True
+
+    def draw_target(self, rng: np.random.Generator) -> Target:
+        return choose_target(self, rng)
+
+    def show_goal(self, position: np.ndarray) -> None:
+        return None
+
+    def nearby(self, position: np.ndarray) -> np.ndarray | None:
+        return None
+
+
+def choose_target(backend: Any, rng: np.random.Generator) -> Target:
+    """One of the loaded scene's candidate targets, drawn from ``rng`` (one draw).
+
+    Raises:
+        SimulatorUnavailableError: When the scene has no candidate target.
+    """
+    targets = backend.targets()
+    if not targets:
+        raise SimulatorUnavailableError(
+            f"{backend.name} scene {backend.scene_name()} has no candidate target objects for "
+            "ActivePerception (AI2-THOR: pickupable objects; Habitat: semantically annotated objects of "
+            "0.1-1 m, which needs a scene with semantic annotations and its scene_dataset_config).")
+    return targets[int(rng.integers(len(targets)))]
+
+
+# name -> "module:Class" of the adapter: package code, imported when an env is made on it.
+BACKENDS: dict[str, str] = {
+    "pybullet": "gradleak_bench.envs.pybullet.adapter:PyBulletBackend",
+    "ai2thor": "gradleak_bench.envs.ai2thor.adapter:AI2ThorBackend",
+    "habitat": "gradleak_bench.envs.habitat.adapter:HabitatBackend",
 }
+_BUILTIN_BACKENDS = frozenset(BACKENDS)
+_ADAPTERS: dict[str, type] = {}
+ENTRY_POINT_GROUP = "gradleak_bench.backends"
+_entry_points_loaded = False
+
+
+def register_backend(name: str, adapter: type) -> None:
+    """Add a backend (out of tree: a plug-in's adapter class, which implements :class:`Backend`).
+
+    Raises:
+        ValueError: When ``name`` is taken (a built-in backend is never replaced).
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"a backend name is an identifier, not {name!r}.")
+    if not isinstance(adapter, type):
+        raise TypeError(f"register_backend takes the adapter class, not {type(adapter).__name__}.")
+    if name in BACKENDS and _ADAPTERS.get(name) is not adapter:
+        raise ValueError(f"backend {name!r} is already registered; choose another name.")
+    BACKENDS[name] = f"{adapter.__module__}:{adapter.__qualname__}"
+    _ADAPTERS[name] = adapter
+
+
+def load_entry_points() -> None:
+    """Register the backends of installed plug-ins (entry-point group ``gradleak_bench.backends``, each
+    naming an adapter class); once per process, never shadowing a built-in."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in _BUILTIN_BACKENDS:
+            continue
+        try:
+            adapter = ep.load()
+        except Exception as exc:  # a broken plug-in names itself instead of breaking every env
+            raise PluginLoadError(f"the backend plug-in {ep.name!r} ({ep.value}) failed to import: "
+                                  f"{type(exc).__name__}: {exc}. Fix or uninstall it.") from exc
+        register_backend(ep.name, adapter)
 
 
 def backend_class(name: str) -> type:
-    """The adapter class of a backend name (``ai2thor``, ``habitat``)."""
-    if name not in BACKENDS:
-        raise UnknownNameError("backend", str(name), BACKENDS)
-    if BACKENDS[name] is None:
-        raise ValueError(f"backend {name!r} is the embedded household env, not an adapter.")
-    module, cls = BACKENDS[name]
-    return getattr(importlib.import_module(module), cls)
+    """The adapter class of a backend name (``pybullet``, ``ai2thor``, ``habitat``, or a plug-in's).
 
-
-def make_task_env(task: str, backend: str = "pybullet", **kwargs: Any):
-    """The env of ``task`` on ``backend``: ``gymnasium.make("gradleak/PointNav-v0", backend="ai2thor", ...)``.
-
-    Every backend's env has the same observation and action spaces, rewards and ``info`` keys as the PyBullet
-    env of the task, so victims, ``GradientStreamWrapper``, attacks and the runner work on it unchanged.
+    Raises:
+        UnknownNameError: For any other name.
     """
-    if not isinstance(backend, str) or backend not in BACKENDS:
-        raise UnknownNameError("backend", str(backend), BACKENDS)
-    if backend == "pybullet":
-        if "backend_options" in kwargs:
-            raise TypeError("backend_options is for the ai2thor and habitat backends; the PyBullet env takes "
-                            "its settings (layouts, image_size, fov, ...) directly.")
-        from gradleak_bench.envs.pybullet import household
-
-        cls = household.PointNavEnv if task == "PointNav" else household.ActivePerceptionEnv
-        return cls(**kwargs)
-    from gradleak_bench.envs import simtask
-
-    cls = simtask.SimPointNavEnv if task == "PointNav" else simtask.SimActivePerceptionEnv
-    return cls(backend=backend, **kwargs)
+    load_entry_points()
+    if not isinstance(name, str) or name not in BACKENDS:
+        raise UnknownNameError("backend", str(name), BACKENDS)
+    if name not in _ADAPTERS:
+        module, cls = BACKENDS[name].split(":")
+        _ADAPTERS[name] = getattr(importlib.import_module(module), cls)
+    return _ADAPTERS[name]
 
 
-def make_pointnav(backend: str = "pybullet", **kwargs: Any):
-    """Entry point of ``gradleak/PointNav-v0``."""
-    return make_task_env("PointNav", backend, **kwargs)
+def make_env(task: str, backend: str = "pybullet", **kwargs: Any):
+    """The env of ``task`` on ``backend``: the entry point of every task's gymnasium id
+    (``gymnasium.make("gradleak/PointNav-v0", backend="ai2thor", ...)``).
+
+    The task's env class (its :class:`~gradleak_bench.tasks.TaskSpec` ``env``) is the same on every backend,
+    so spaces, rewards and ``info`` keys do not depend on the simulator.
+
+    Raises:
+        UnknownNameError: For an unknown task or backend.
+        ValueError: For a backend the task does not run on.
+    """
+    from gradleak_bench.tasks import get_task
+
+    spec = get_task(task)
+    backend_class(backend)  # an unknown backend is named before anything starts
+    if spec.backends is not None and backend not in spec.backends:
+        raise ValueError(f"{spec.gym_id} runs on the {', '.join(spec.backends)} backend only, not {backend!r}.")
+    module, cls = spec.env.split(":")
+    return getattr(importlib.import_module(module), cls)(spec=spec, backend=backend, **kwargs)
 
 
-def make_active_perception(backend: str = "pybullet", **kwargs: Any):
-    """Entry point of ``gradleak/ActivePerception-v0``."""
-    return make_task_env("ActivePerception", backend, **kwargs)
-
-
-def make_pointnav_continuous(backend: str = "pybullet", **kwargs: Any):
-    """Entry point of ``gradleak/PointNavContinuous-v0`` (PyBullet only: the AI2-THOR and Habitat adapters
-    execute the discrete primitives)."""
-    if backend != "pybullet":
-        raise ValueError(f"gradleak/PointNavContinuous-v0 runs on the pybullet backend only, not {backend!r}; "
-                         "drop backend= or use gradleak/PointNav-v0 for the other simulators.")
-    from gradleak_bench.envs.pybullet import household
-
-    return household.PointNavContinuousEnv(**kwargs)
-
-
-_METADATA = {"render_modes": ["rgb_array"], "render_fps": 10}
-make_pointnav.metadata = make_active_perception.metadata = make_pointnav_continuous.metadata = _METADATA
+make_env.metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
 
 def as_int_layout(value: Any) -> Any:

@@ -1,5 +1,5 @@
-"""Backend-independent pieces of the tasks: the task constants, the PointNav goal vector, the
-ActivePerception box and visibility score, and fitting a simulator's frame to the task's image size.
+"""Backend-independent pieces of the tasks: the PointNav goal vector, the ActivePerception box and visibility
+score, and fitting a simulator's frame to the task's image size.
 
 Every backend (PyBullet, AI2-THOR, Habitat) computes its rewards and vector observations with these same
 functions, so a task means the same thing whichever simulator renders it.
@@ -11,50 +11,10 @@ import math
 import numpy as np
 from PIL import Image
 
-STEP_PENALTY = 0.01
-MOVE_STEP = 0.25
-TURN_DEG = 15.0
-LOOK_DEG = 15.0
-MAX_PITCH_DEG = 30.0
 FAR = 10.0
-
-POINTNAV_ACTIONS = (("move", MOVE_STEP, 0.0), ("rotate", TURN_DEG, 0.0), ("rotate", -TURN_DEG, 0.0),
-                    ("look", LOOK_DEG, 0.0), ("look", -LOOK_DEG, 0.0))
-ACTIVE_PERCEPTION_ACTIONS = (("move", MOVE_STEP, 0.0), ("move", -MOVE_STEP, 0.0), ("move", 0.0, MOVE_STEP),
-                             ("move", 0.0, -MOVE_STEP), ("rotate", TURN_DEG, 0.0), ("rotate", -TURN_DEG, 0.0),
-                             ("stay", 0.0, 0.0))
-SUCCESS_DISTANCE = 1.0
-GOAL_RANGE = (1.5, 6.0)
+MAX_PITCH_DEG = 30.0
+from gradleak_bench.tasks import LOOK_DEG, MOVE_STEP, TURN_DEG  # noqa: E402,F401  the adapters' primitive steps
 GOOD_VIEW_FRACTION = 0.04
-START_RANGE = (1.0, 4.5)
-
-# PointNavContinuous: one step is one second at a (linear, angular) velocity command in [-1, 1]^2, scaled so
-# that full speed covers exactly one discrete step (0.25 m, 15 deg): the robot's two-pose collision test
-# stays valid (a move is never longer than MOVE_STEP) and the two PointNavs share a time scale.
-CONTINUOUS_LINEAR_MAX = MOVE_STEP
-CONTINUOUS_ANGULAR_MAX_DEG = TURN_DEG
-
-
-def velocity_command(action) -> tuple[float, float, float]:
-    """(forward m, strafe m, turn deg) of one PointNavContinuous step from its (linear, angular) command.
-
-    Each component is clipped to [-1, 1] (SB3's Gaussian PPO samples unbounded actions; the env, like SB3,
-    clips what it executes), then scaled by ``CONTINUOUS_LINEAR_MAX`` / ``CONTINUOUS_ANGULAR_MAX_DEG``. The
-    robot translates along the heading at the middle of the turn (the midpoint rule for a unicycle, exact to
-    second order), then turns: ``forward = d cos(w / 2)``, ``strafe = d sin(w / 2)``.
-
-    Raises:
-        ValueError: For a command that is not two finite numbers.
-    """
-    command = np.asarray(action, dtype=np.float64).reshape(-1)
-    if command.shape != (2,) or not np.isfinite(command).all():
-        raise ValueError(f"a PointNavContinuous action is two finite numbers (linear, angular) in [-1, 1]; "
-                         f"got {np.asarray(action).tolist()!r}.")
-    linear, angular = np.clip(command, -1.0, 1.0)
-    distance = float(linear) * CONTINUOUS_LINEAR_MAX
-    turn_deg = float(angular) * CONTINUOUS_ANGULAR_MAX_DEG
-    half = math.radians(turn_deg) / 2
-    return distance * math.cos(half), distance * math.sin(half), turn_deg
 
 
 def wrap_angle(angle: float) -> float:

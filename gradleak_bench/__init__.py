@@ -1,8 +1,8 @@
 """gradleak-bench: how much an embodied robot's private experience leaks through the policy gradients it
 shares.
 
-Importing the package registers the gymnasium ids ``gradleak/PointNav-v0`` and
-``gradleak/ActivePerception-v0``. Heavy or optional parts (wandb, ray, simulators) are imported lazily.
+Importing the package registers the gymnasium id of every task of :mod:`gradleak_bench.tasks`
+(``gradleak/PointNav-v0``, ...). Heavy or optional parts (wandb, ray, simulators) are imported lazily.
 
 Example:
     >>> import gymnasium as gym
@@ -10,7 +10,7 @@ Example:
     >>> env = gym.make("gradleak/PointNav-v0", layouts="test")
     >>> obs, info = env.reset(seed=0)
     >>> obs.shape, sorted(info)[:2]
-    ((64, 64, 3), ['camera_pitch', 'collided'])
+    ((64, 64, 3), ['backend', 'camera_pitch'])
 """
 from gradleak_bench import envs as _envs  # noqa: F401  registers the gymnasium ids
 

@@ -433,7 +433,8 @@ def submit(
     names = [a.strip() for item in authors for a in item.split(",") if a.strip()]
     path = make_entry(run_dir, name, names, paper, code, version, out, force, allow_unofficial)
     console.print(f"entry: {path}", soft_wrap=True)
-    console.print(f"next: gradleak-bench verify {path}; gradleak-bench leaderboard", soft_wrap=True, markup=False)
+    console.print(f"next: gradleak-bench verify {path}; gradleak-bench leaderboard --thumbnails", soft_wrap=True,
+                  markup=False)
 
 
 @app.command()

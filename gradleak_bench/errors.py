@@ -29,6 +29,10 @@ class InvalidLayoutError(GradleakError, ValueError):
     """A layout id outside the task's range or outside the requested split."""
 
 
+class LayoutFactsUnavailableError(GradleakError, ValueError):
+    """A backend cannot give the layout facts (rooms, doorways, free space) a metric or attack asks for."""
+
+
 class ChecksumMismatchError(GradleakError):
     """A dataset whose content hash differs from the one the split manifest records."""
 

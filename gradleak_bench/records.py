@@ -29,10 +29,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from gradleak_bench.tasks import TaskSpec
 
 IMAGE_FIELDS = ("rgb", "depth")
 TRUTH_FIELDS = (
@@ -72,6 +75,7 @@ class Episode:
     layout_id: int
     seed: int
     steps: Mapping[str, np.ndarray]
+    backend: str = "pybullet"  # the simulator of layout_id (trajectory metrics read the layout there)
 
     @property
     def length(self) -> int:
@@ -127,6 +131,15 @@ class VictimInfo:
     action_space: Any
     gradient_shapes: Mapping[str, tuple[int, ...]]
     n_actions: int
+
+    @property
+    def task_facts(self) -> TaskSpec:
+        """The task's public facts (:class:`gradleak_bench.tasks.TaskSpec`): actions with their motion and step
+        sizes, camera, episode length, truth fields, and ``layouts("train")`` (free space, rooms, doorways,
+        furniture of the public layouts)."""
+        from gradleak_bench.tasks import get_task
+
+        return get_task(self.task)
 
 
 @dataclass(frozen=True)

@@ -51,3 +51,44 @@ def test_rewrite_replaces_a_stale_table(tables):
     stale = "intro\n<!-- table: trace_per_timestep -->\n| stale |\n<!-- /table -->\nafter\n"
     new, problems = tables.rewrite(stale, "docs/trace.md")
     assert problems == [] and "| stale |" not in new and "| PPO | `trace` |" in new and new.endswith("after\n")
+
+
+def _headline_files():
+    return sorted((ROOT / "docs" / "data" / "headline").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", _headline_files(), ids=lambda p: p.stem)
+def test_headline_file_is_its_per_episode_values(path):
+    """Each committed rerun's mean, control and leakage over the best prior are the means of its per-episode
+    values (metric, swap control, best prior), so the paired numbers in docs can be recomputed from the file."""
+    import json
+    import math
+
+    def refuse(name: str):
+        raise AssertionError(f"{path.name}: {name} is not JSON (write null)")
+
+    run = json.loads(path.read_text(), parse_constant=refuse)
+    episodes = [e for e in run["episodes"] if e["status"] == "ok"]
+    assert len(episodes) == run["n_episodes"] - run["n_failed"] > 0
+    checked = 0
+    for metric, m in run["metrics"].items():
+        triples = [e["values"][metric] for e in episodes]
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) for t in triples for v in t):
+            continue  # a metric undefined on some episodes (no visible target) is averaged over the rest
+        values, controls, priors = (sum(t[i] for t in triples) / len(triples) for i in range(3))
+        assert values == pytest.approx(m["mean"], abs=1e-9), metric
+        assert values - controls == pytest.approx(m["leakage"]["mean"], abs=1e-9), metric
+        assert values - priors == pytest.approx(m["prior_leakage"]["mean"], abs=1e-9), metric
+        assert m["prior_leakage"]["ci_low"] <= m["prior_leakage"]["mean"] <= m["prior_leakage"]["ci_high"]
+        checked += 1
+    assert checked, f"{path.name}: no metric with finite per-episode values"
+
+
+def test_verdict_reads_the_oriented_ci(tables):
+    up = {"higher_is_better": True, "prior_leakage": {"mean": 0.2, "ci_low": 0.1, "ci_high": 0.3}}
+    down = {"higher_is_better": False, "prior_leakage": {"mean": 0.2, "ci_low": 0.1, "ci_high": 0.3}}
+    spans = {"higher_is_better": True, "prior_leakage": {"mean": 0.0, "ci_low": -0.1, "ci_high": 0.1}}
+    assert tables.verdict(up) == "**leaks**"
+    assert tables.verdict(down) == "below prior"  # a larger error than the prior's
+    assert tables.verdict(spans) == "no leak (CI spans 0)"
+    assert tables.verdict({"higher_is_better": True}) == "no prior"

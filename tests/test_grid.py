@@ -21,8 +21,23 @@ def test_pareto_front_keeps_the_undominated_points():
 
 
 def test_leakage_is_oriented_so_larger_means_more_leaked():
-    assert oriented_leakage({"higher_is_better": True, "leakage": {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6}}) == (0.5, 0.4, 0.6)
-    assert oriented_leakage({"higher_is_better": False, "leakage": {"mean": -2.0, "ci_low": -3.0, "ci_high": -1.0}}) == (2.0, 1.0, 3.0)
+    up = {"higher_is_better": True, "leakage": {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6},
+          "prior_leakage": {"mean": 0.2, "ci_low": 0.1, "ci_high": 0.3}}
+    down = {"higher_is_better": False, "leakage": {"mean": -2.0, "ci_low": -3.0, "ci_high": -1.0},
+            "prior_leakage": {"mean": 1.0, "ci_low": 0.5, "ci_high": 1.5}}
+    assert oriented_leakage(up) == (0.2, 0.1, 0.3)  # the headline: over the best prior
+    assert oriented_leakage(up, "leakage") == (0.5, 0.4, 0.6)
+    assert oriented_leakage(down, "leakage") == (2.0, 1.0, 3.0)
+    assert oriented_leakage(down) == (-1.0, -1.5, -0.5)  # worse than the prior: negative leakage
+
+
+def test_a_run_without_priors_has_no_headline_leakage():
+    import math
+
+    no_prior = {"higher_is_better": True, "leakage": {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6}}
+    assert all(math.isnan(v) for v in oriented_leakage(no_prior))
+    with pytest.raises(ValueError, match="kind must be one of"):
+        oriented_leakage(no_prior, "control")
 
 
 @pytest.mark.parametrize("text,setting", [
@@ -58,6 +73,7 @@ def test_grid_cells_utility_table_plot_and_resume(tmp_path):
         assert (tmp_path / name).is_file(), name
     table = (tmp_path / "grid.md").read_text()
     assert "`quantize(bits=1)`" in table and "val return (defended" in table and "sd over 2 seeds" in table
+    assert_headline_is_over_the_best_prior(tmp_path, grid)
     utility = grid["utility"]["PointNav/ppo_compact/quantize(bits=1)"]
     assert utility["n_seeds"] == 2 and [r["report"]["seed"] for r in utility["runs"]] == [0, 1]
     assert utility["runs"][0]["report"]["defended"]["timesteps"] == 512
@@ -69,6 +85,26 @@ def test_grid_cells_utility_table_plot_and_resume(tmp_path):
     again = run_grid(config, progress=False)
     assert results.stat().st_mtime_ns == before
     assert [c["status"] for c in again["cells"]] == [c["status"] for c in grid["cells"]]
+
+
+def assert_headline_is_over_the_best_prior(out: Path, grid: dict) -> None:
+    """grid.csv's ``leakage`` is the cell's results.json ``prior_leakage`` (oriented), the control's its own
+    column; grid.md shows both, the prior named."""
+    import pandas as pd
+
+    frame = pd.read_csv(out / "grid.csv")
+    cell = next(c for c in grid["cells"] if (c["attack"], c["setting"]) == ("closed_form", "none"))
+    metric = cell["summary"]["metrics"]["action_accuracy"]
+    row = frame[(frame["attack"] == "closed_form") & (frame["setting"] == "none")
+                & (frame["metric"] == "action_accuracy")].iloc[0]
+    assert row["leakage"] == pytest.approx(metric["prior_leakage"]["mean"])
+    assert row["control_leakage"] == pytest.approx(metric["leakage"]["mean"])
+    assert row["best_prior"] == metric["best_prior"].removeprefix("prior:")
+    assert row["leakage"] != pytest.approx(row["control_leakage"])  # two references, two numbers
+    table = (out / "grid.md").read_text()
+    assert "leakage vs best prior" in table and "vs swap control" in table
+    best = f"{row['leakage']:.3g} [{row['leakage_ci_low']:.3g}, {row['leakage_ci_high']:.3g}] ({row['best_prior']})"
+    assert best in table
 
 
 def test_grid_cli_end_to_end(tmp_path):

@@ -14,6 +14,7 @@ from gradleak_bench.metrics import metrics_for_fields
 from gradleak_bench.records import ObservedEpisode
 from gradleak_bench.runner import AuxiliaryData, EvaluateConfig, evaluate, score, victim_info
 from gradleak_bench.stream.replay import EpisodeGradients
+from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.checkpoint import load_victim
 from gradleak_bench.victims.policies import env_spaces
 
@@ -21,9 +22,9 @@ from gradleak_bench.victims.policies import env_spaces
 
 
 def test_motion_tables_come_from_the_env_definitions():
-    np.testing.assert_allclose(T.motion_table("PointNav"), [[0.25, 0, 0], [0, 0, math.radians(15)],
+    np.testing.assert_allclose(T.motion_table(get_task("PointNav")), [[0.25, 0, 0], [0, 0, math.radians(15)],
                                                             [0, 0, -math.radians(15)], [0, 0, 0], [0, 0, 0]])
-    ap = T.motion_table("ActivePerception")
+    ap = T.motion_table(get_task("ActivePerception"))
     assert ap.shape == (7, 3) and ap[2, 1] == 0.25 and ap[3, 1] == -0.25 and not ap[6].any()
 
 
@@ -165,4 +166,4 @@ def test_tsp_through_the_runner_and_pose_metrics_skipped_for_action_attacks(tmp_
 
 def test_layout_prior_refuses_test_layouts():
     with pytest.raises(ValueError, match="train or val"):
-        T.layout_prior("test")
+        T.layout_prior(get_task("PointNav"), "test")

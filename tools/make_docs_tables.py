@@ -336,6 +336,216 @@ def defenses_closed_form(table: dict) -> str:
                      "swap control", "leakage vs control"], rows)
 
 
+# ------------------------------------------------------------------ headline reruns (benchmarks/headline_leakage.py)
+
+HEADLINE_DIR = "docs/data/headline"
+
+
+def headline(*names: str) -> tuple[str, ...]:
+    return tuple(f"{HEADLINE_DIR}/{name}.json" for name in names)
+
+
+def oriented(m: dict, key: str) -> tuple[float, float, float] | None:
+    """``m[key]`` (an interval) oriented so that larger means more leaked; None when absent."""
+    value = m.get(key)
+    if not isinstance(value, dict) or not isinstance(value.get("mean"), (int, float)):
+        return None
+    triple = (value["mean"], value["ci_low"], value["ci_high"])
+    return triple if m.get("higher_is_better", True) else (-triple[0], -triple[2], -triple[1])
+
+
+# fewer scored episodes than this (a metric undefined on most episodes, e.g. IoU over frames with the target
+# in view) give a bootstrap CI that says nothing: no verdict
+MIN_EPISODES = 5
+
+
+def verdict(m: dict, n: int | None = None) -> str:
+    """Whether the gradient gave more than the best prior: the CI of the oriented leakage excludes 0 (over
+    ``n`` scored episodes, when given)."""
+    leak = oriented(m, "prior_leakage")
+    if leak is None or not all(math.isfinite(v) for v in leak):
+        return "no prior"
+    if n is not None and n < MIN_EPISODES:
+        return f"too few episodes ({n})"
+    if leak[1] > 0:
+        return "**leaks**"
+    return "below prior" if leak[2] < 0 else "no leak (CI spans 0)"
+
+
+def _run_label(run: dict) -> str:
+    params = " ".join(f"{k}={v}" for k, v in run.get("attack_params", {}).items() if k != "preset")
+    return f"`{run['attack']}`" + (f" ({params})" if params else "")
+
+
+def _best(m: dict) -> str:
+    best = m.get("best_prior")
+    return f"{best.removeprefix('prior:')} {m['best_prior_score']['mean']:.3g}" if best else "--"
+
+
+def scored_episodes(run: dict, metric: str) -> int:
+    """Episodes with a finite value of ``metric`` (null where it is undefined, e.g. no target in view)."""
+    return sum(1 for e in run["episodes"] if e["status"] == "ok"
+               and isinstance(e["values"][metric][0], (int, float)) and math.isfinite(e["values"][metric][0]))
+
+
+def headline_rows(runs: tuple[dict, ...], only: tuple[str, ...] | None, victim: bool = True) -> list[list[str]]:
+    rows = []
+    for run in runs:
+        for metric, m in run["metrics"].items():
+            if only is not None and metric not in only:
+                continue
+            n = scored_episodes(run, metric)
+            who = [f"{run['task']}/{run['victim']}/{run['checkpoint']}"] if victim else []
+            rows.append([_run_label(run), *who, f"`{metric}`", _interval(m), _best(m),
+                         _interval(m.get("prior_leakage")), verdict(m, n), _interval(m.get("control")),
+                         _interval(m.get("leakage")), str(n)])
+    return rows
+
+
+HEADLINE_HEADER = ["metric", "attack [95% CI]", "best prior", "leakage vs best prior [95% CI]", "beyond the prior?",
+                   "swap control", "leakage vs control", "episodes"]
+
+
+def headline_table(*runs: dict, only: tuple[str, ...] | None = None) -> str:
+    return markdown(["attack", "task/victim/checkpoint", *HEADLINE_HEADER], headline_rows(runs, only))
+
+
+def headline_conditions(*runs: dict) -> str:
+    """How each run was made: the command, budget, wall time, threads and load (the reruns' provenance)."""
+    rows = []
+    for run in runs:
+        load = run["machine_before"]["load_average"][0], run["machine_after"]["load_average"][0]
+        rows.append([_run_label(run), f"{run['task']}/{run['victim']}/{run['checkpoint']}", run["split"],
+                     str(run["n_episodes"]), run["budget"], f"{run['wall_seconds']:.0f}", str(run["threads"]),
+                     f"{load[0]:.1f} / {load[1]:.1f}", "yes" if run["sealed"] else "no"])
+    return markdown(["attack", "task/victim/checkpoint", "split", "episodes", "budget", "wall s", "threads",
+                     "load before / after (2 cores)", "sealed"], rows)
+
+
+CLOSED_FORM_RUNS = headline(*(f"closed_form_{task}_{victim}_{ck}"
+                               for task, victims in (("PointNav", ("ppo", "a2c", "ppo_compact")),
+                                                     ("ActivePerception", ("dqn", "reinforce", "dqn_compact")))
+                               for victim in victims for ck in ("init", "trained")))
+
+
+def headline_closed_form(*runs: dict) -> str:
+    rows = [row[1:] for row in headline_rows(runs, ("action_accuracy",))]
+    return markdown(["task/victim/checkpoint", *HEADLINE_HEADER], rows)
+
+
+INVERSION_RUNS = headline("ig_PointNav_ppo_init", "ig_ActivePerception_dqn_init", "dlg_ActivePerception_dqn_init",
+                          "idlg_ActivePerception_dqn_init", "qgi_adam_ActivePerception_dqn_init",
+                          "qgi_cf_ActivePerception_dqn_init", "rgi_adam_ActivePerception_reinforce_init",
+                          "rgi_cf_ActivePerception_reinforce_init")
+INVERSION_METRICS = ("action_accuracy", "rgb_psnr", "rgb_psnr_y", "rgb_ssim_y", "depth_psnr", "depth_ssim",
+                     "bbox_iou", "bbox_iou@visible", "bbox_detection_rate", "q_value_rel_error",
+                     "q_target_rel_error", "return_abs_error")
+
+
+def headline_inversion(*runs: dict) -> str:
+    return headline_table(*runs, only=INVERSION_METRICS)
+
+
+TRACE_RUNS = headline("trace_PointNav_ppo_trained", "trace_PointNav_a2c_trained")
+TRACE_METRICS = ("action_accuracy", "rgb_psnr", "rgb_ssim", "rgb_psnr_y", "rgb_ssim@gauss11", "rgb_ms_ssim")
+
+
+def headline_trace(*runs: dict) -> str:
+    return headline_table(*runs, only=TRACE_METRICS)
+
+
+TSP_RUNS = headline("tsp_PointNav_ppo_init", "tsp_PointNav_ppo_trained")
+TSP_METRICS = ("action_accuracy", "ate", "ate_aligned", "hausdorff", "hausdorff_aligned", "frechet_aligned",
+               "dtw_error_aligned", "keypoint_hit_rate", "room_sequence_accuracy", "room_sequence_accuracy_aligned")
+
+
+def headline_tsp(*runs: dict) -> str:
+    return headline_table(*runs, only=TSP_METRICS)
+
+
+# one column per reconstructed field: the metric that stands for it in the summary
+SUMMARY_FIELDS = (("actions", "action_accuracy"), ("RGB PSNR", "rgb_psnr"), ("RGB SSIM", "rgb_ssim"),
+                  ("depth PSNR", "depth_psnr"), ("box IoU (visible)", "bbox_iou@visible"),
+                  ("Q target", "q_target_rel_error"), ("return", "return_abs_error"),
+                  ("trajectory ATE", "ate"), ("path shape (Frechet, aligned)", "frechet_aligned"))
+
+
+def _short(m: dict | None, n: int) -> str:
+    if not isinstance(m, dict) or oriented(m, "prior_leakage") is None:
+        return ""
+    mean, low, high = oriented(m, "prior_leakage")
+    said = verdict(m, n)
+    if said.startswith("too few"):
+        return said
+    mark = {"**leaks**": "**leaks**", "below prior": "below", "no leak (CI spans 0)": "no"}.get(said, "")
+    return f"{mark} {mean:+.3g} [{low:+.3g}, {high:+.3g}]"
+
+
+def headline_summary(*runs: dict) -> str:
+    """Which attack leaks which field beyond the best prior: one row per run, one column per field."""
+    rows = []
+    for run in runs:
+        cells = [_short(run["metrics"][metric], scored_episodes(run, metric)) if metric in run["metrics"] else ""
+                 for _, metric in SUMMARY_FIELDS]
+        rows.append([_run_label(run), f"{run['task']}/{run['victim']}/{run['checkpoint']}", *cells])
+    keep = [i for i in range(len(SUMMARY_FIELDS)) if any(row[2 + i] for row in rows)]
+    header = ["attack", "task/victim/checkpoint", *(f"{SUMMARY_FIELDS[i][0]} (`{SUMMARY_FIELDS[i][1]}`)" for i in keep)]
+    return markdown(header, [row[:2] + [row[2 + i] or "--" for i in keep] for row in rows])
+
+
+GRID_POINTNAV = "docs/data/grid_pointnav_closed_form.json"
+GRID_AP = "docs/data/grid_ap_frontier.json"
+
+
+def _grid_cell(cells: dict, key: tuple, metric: str) -> list[str]:
+    """Metric, leakage over the best prior [CI] and over the swap control, for one grid cell."""
+    cell = cells.get(key)
+    if cell is None or cell["status"] != "ok":
+        mark = "-" if cell is not None and cell["status"] == "skipped" else "x"
+        return [mark, mark, mark]
+    m = cell["metrics"].get(metric)
+    if m is None:
+        return ["--", "--", "--"]
+    prior = _interval(m.get("prior_leakage")) + (f" ({m['best_prior'].removeprefix('prior:')})"
+                                                   if m.get("best_prior") else "")
+    return [number(m["mean"], 3), prior, _interval(m.get("leakage"))]
+
+
+def grid_table(data: dict, columns: tuple[tuple[str, str, str, str], ...], utility: bool = False) -> str:
+    """Settings as rows; per (victim, attack, metric) column group: the metric, leakage over the best prior
+    [CI] (the prior named) and leakage over the swap control [CI]."""
+    cells = {(c["victim"], c["attack"], c["setting"]): c for c in data["cells"]}
+    settings = list(dict.fromkeys(c["setting"] for c in data["cells"]))
+    header = ["setting"]
+    for _, _, _, label in columns:
+        header += [label, f"{label}: leakage vs best prior", f"{label}: vs control"]
+    if utility:
+        header += ["val return (defended)", "val success"]
+    rows = []
+    for setting in settings:
+        row = [f"`{setting}`"]
+        for victim, attack, metric, _ in columns:
+            row += _grid_cell(cells, (victim, attack, setting), metric)
+        if utility:
+            task = next(c["task"] for c in data["cells"])
+            u = data["utility"].get(f"{task}/{columns[0][0]}/{setting}", {})
+            row += [number(u.get("val_return"), 3), number(u.get("val_success"), 2)]
+        rows.append(row)
+    return markdown(header, rows)
+
+
+def defenses_grid_pointnav(data: dict) -> str:
+    return grid_table(data, (("ppo", "closed_form", "action_accuracy", "PPO action acc."),
+                             ("a2c", "closed_form", "action_accuracy", "A2C action acc.")))
+
+
+def defenses_grid_ap(data: dict) -> str:
+    return grid_table(data, (("dqn_compact", "closed_form", "action_accuracy", "closed_form action acc."),
+                             ("dqn_compact", "qgi", "rgb_psnr", "qgi RGB PSNR"),
+                             ("dqn_compact", "qgi", "depth_psnr", "qgi depth PSNR"),
+                             ("dqn_compact", "qgi", "bbox_iou", "qgi box IoU")))
+
+
 # ------------------------------------------------------------------ registry
 
 TABLES: dict[str, Table] = {
@@ -354,6 +564,7 @@ TABLES: dict[str, Table] = {
     "calibrated_runs": Table("docs/priors.md", CALIBRATED_RUNS, calibrated_runs),
     "calibrated_qgi": Table("docs/priors.md", CALIBRATED_QGI, calibrated_runs),
     "split_identity_margins": Table("docs/tasks.md", (SPLIT_MARGINS,), split_identity_margins),
+    "headline_closed_form": Table("docs/closed-form.md", CLOSED_FORM_RUNS, headline_closed_form),
 }
 
 

@@ -36,13 +36,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
 
 from gradleak_bench.baselines.attacks.closed_form import ClosedFormAction, head_parameter_names
 from gradleak_bench.records import ObservedEpisode, Reconstruction, VictimInfo
+
+if TYPE_CHECKING:
+    from gradleak_bench.tasks import TaskSpec
 
 GRID_CELL = 0.1
 GRID_ORIGIN = -2.0  # the occupancy prior covers [-2, 18) m in x and y
@@ -53,19 +56,14 @@ _EPS_LOG = 1e-12
 # ----------------------------------------------------------------------------------- public task facts
 
 
-def motion_table(task: str) -> np.ndarray:
-    """Nominal motion of each action ``(n_actions, 3)``: forward (m), strafe left (m), yaw change (rad),
-    from the task's public environment definition."""
-    from gradleak_bench.envs.pybullet.household import ActivePerceptionEnv, PointNavEnv
-    from gradleak_bench.tasks import get_task
+def motion_table(task: TaskSpec) -> np.ndarray:
+    """Nominal motion of each action ``(n_actions, 3)``: forward (m), strafe left (m), yaw change (rad), from
+    the task's public facts (``victim.task_facts``).
 
-    env = {"PointNav": PointNavEnv, "ActivePerception": ActivePerceptionEnv}.get(get_task(task).name)
-    if env is None:
-        raise ValueError(f"no motion model for task {task!r}")
-    rows = []
-    for kind, a, b in env.ACTIONS:
-        rows.append((a, b, 0.0) if kind == "move" else (0.0, 0.0, math.radians(a)) if kind == "rotate" else (0.0, 0.0, 0.0))
-    return np.asarray(rows, dtype=np.float64)
+    Raises:
+        ValueError: For a task without discrete actions.
+    """
+    return task.motion_table()
 
 
 @dataclass(frozen=True)
@@ -79,28 +77,27 @@ class LayoutPrior:
     log_occupancy: np.ndarray  # (GRID_CELLS, GRID_CELLS), rows = y
 
 
-@lru_cache(maxsize=2)
-def layout_prior(split: str = "train") -> LayoutPrior:
-    """The prior of ``split`` (train only in practice; computed from public train-layout geometry)."""
+@lru_cache(maxsize=4)
+def layout_prior(task: TaskSpec, split: str = "train") -> LayoutPrior:
+    """The prior of ``split`` (train only in practice) from the public layout facts of the task
+    (``task.layouts(split)``: the free-space grid of each layout)."""
     from scipy import ndimage
 
-    from gradleak_bench import splits
-    from gradleak_bench.envs.pybullet.apartment import generate_apartment
-
-    if split == "test":
+    if split.startswith("test"):
         raise ValueError("the layout prior may only come from train or val layouts")
     occ = np.zeros((GRID_CELLS, GRID_CELLS))
     means, points = [], []
-    ids = splits.layouts(split)
-    for layout in ids:
-        apt = generate_apartment(layout)
-        pts = apt.free_points()
+    layouts = task.layouts(split)
+    for facts in layouts:
+        if facts.cell != GRID_CELL:
+            raise ValueError(f"the occupancy prior needs a {GRID_CELL} m free-space grid, not {facts.cell} m")
+        pts = facts.free_points()
         means.append(pts.mean(axis=0))
         points.append(pts[:: max(1, len(pts) // 200)])
-        off = int(round(-GRID_ORIGIN / GRID_CELL))
-        h, w = apt.free.shape
-        occ[off:off + h, off:off + w] += apt.free
-    occ = ndimage.gaussian_filter(occ / len(ids), sigma=3.0)
+        row, col = (int(round((o - GRID_ORIGIN) / GRID_CELL)) for o in facts.origin[::-1])
+        h, w = facts.free.shape
+        occ[row:row + h, col:col + w] += facts.free
+    occ = ndimage.gaussian_filter(occ / len(layouts), sigma=3.0)
     pts = np.concatenate(points)
     return LayoutPrior(np.mean(means, axis=0), np.cov(pts.T), np.log(occ + 0.02))
 
@@ -306,21 +303,21 @@ class DeadReckoning:
 
     def supports(self, victim: VictimInfo) -> str | None:
         try:
-            motion_table(victim.task)
+            motion_table(victim.task_facts)
         except ValueError as exc:
             return str(exc)
         return ClosedFormAction().supports(victim)
 
     def fit(self, victim: VictimInfo, auxiliary: Any) -> None:
-        self.prior = layout_prior("train")
+        self.prior = layout_prior(victim.task_facts, "train")
 
     def reconstruct(self, episode: ObservedEpisode, victim: VictimInfo) -> Reconstruction:
-        prior = getattr(self, "prior", None) or layout_prior("train")
+        prior = getattr(self, "prior", None) or layout_prior(victim.task_facts, "train")
         if self.actions == "decoupled" and victim.n_actions >= 3:
             actions = np.abs(decompose(head_weight_gradients(episode, victim)).g).argmax(axis=1).astype(np.int64)
         else:
             actions = np.asarray(ClosedFormAction().reconstruct(episode, victim).fields["action"], dtype=np.int64)
-        local = torch.as_tensor(motion_table(victim.task)[actions])
+        local = torch.as_tensor(motion_table(victim.task_facts)[actions])
         start = torch.tensor([*prior.start_mean, 0.0], dtype=torch.float64)
         pose = compose(start, local).numpy()
         pose[:, 2] = wrap(pose[:, 2])
@@ -360,12 +357,10 @@ class TSP:
 
     # ---- fit: collect train-layout episodes with the victim, keep the head gradients and motion truth
     def fit(self, victim: VictimInfo, auxiliary: Any) -> None:
-        from gradleak_bench import dataset as datasets
-
-        self.prior = layout_prior("train")
-        self.table = motion_table(victim.task)
+        self.prior = layout_prior(victim.task_facts, "train")
+        self.table = motion_table(victim.task_facts)
         weight, _ = head_parameter_names(victim)
-        length = datasets.full_episode_length(victim.task)
+        length = victim.task_facts.max_episode_steps
         self._train, self._encoders = [], {}
         for episode, grads in auxiliary.collect(episodes_per_layout=1, seed=1, split="train",
                                                  max_episodes=self.fit_layouts, sequence_length=length):

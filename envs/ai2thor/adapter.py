@@ -25,7 +25,7 @@ import numpy as np
 
 from gradleak_bench import splits
 from gradleak_bench.envs import common
-from gradleak_bench.envs.backend import Target, View, as_int_layout
+from gradleak_bench.envs.backend import SceneBackend, Target, View, as_int_layout
 from gradleak_bench.errors import InvalidLayoutError, MissingDependencyError, SimulatorUnavailableError
 
 MANIFEST = "ithor-v0"
@@ -113,7 +113,7 @@ def _start_help(exc: BaseException) -> str:
         "See docs/backends.md. The PyBullet backend (the default) needs none of this.")
 
 
-class AI2ThorBackend:
+class AI2ThorBackend(SceneBackend):
     """The AI2-THOR simulator behind a task.
 
     Args:
@@ -131,7 +131,9 @@ class AI2ThorBackend:
     """
 
     name = "ai2thor"
-    room = 0  # an iTHOR scene is one room
+
+    def room(self) -> int:
+        return 0  # an iTHOR scene is one room
 
     def __init__(self, layouts: Any, layout_ids: tuple[int, ...], image_size: int, fov: float = 90.0,
                  targets: bool = False,

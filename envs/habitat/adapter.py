@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from gradleak_bench.envs import common
-from gradleak_bench.envs.backend import Target, View
+from gradleak_bench.envs.backend import SceneBackend, Target, View
 from gradleak_bench.errors import InvalidLayoutError, MissingDependencyError, SimulatorUnavailableError
 
 INSTALL = ("conda install habitat-sim -c conda-forge -c aihabitat (add 'headless' after habitat-sim on a "
@@ -71,7 +71,7 @@ def scene_files(layouts: Any) -> list[str]:
     return files
 
 
-class HabitatBackend:
+class HabitatBackend(SceneBackend):
     """The Habitat simulator behind a task.
 
     Args:
@@ -89,7 +89,6 @@ class HabitatBackend:
     """
 
     name = "habitat"
-    room = -1  # Habitat scenes carry no room index the tasks use
 
     def __init__(self, layouts: Any, layout_ids: tuple[int, ...], image_size: int, fov: float = 90.0,
                  targets: bool = False, render_size: int | None = None, sensor_height: float = 1.0,

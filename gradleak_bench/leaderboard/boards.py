@@ -118,4 +118,4 @@ def board_metrics(all_boards: list[Board]) -> dict[tuple[str, str], str]:
 
 
 def fmt(x: float) -> str:
-    return f"{x:.4g}" if math.isfinite(x) else "–"
+    return f"{x:.3g}" if math.isfinite(x) else "–"

@@ -60,8 +60,8 @@ def _key(iv: Interval | MetricResult | None) -> float:
 
 
 def columns(board: Board, shown: Shown) -> list[Column]:
-    """Who, the headline (leakage over the best prior, the prior, the metric, the swap control), the field's
-    other metrics, the thumbnails, cost and provenance."""
+    """Who, the headline (leakage over the best prior, the prior), the thumbnails, the metric and the swap
+    control, the field's other metrics, cost and provenance."""
     rows, metric = list(board.entries), board.metric
     ranked = [board.ranked(e) for e in rows]
     rank, n = [], 0
@@ -77,6 +77,8 @@ def columns(board: Board, shown: Shown) -> list[Column]:
         Column("defense", [(_defense(e), _defense(e)) for e in rows], user=True),
         Column(f"leakage vs best prior ({metric})", [_headline(e, metric) for e in rows]),
         Column("best prior", [_prior(x) for x in m]),
+        Column("frames (truth / reconstruction / best prior)", [("", "") for _ in rows],
+               markup=[_thumbnail(board, e, shown) for e in rows]),
         Column(metric, [(_interval(x), _key(x)) for x in m]),
         Column("leakage vs swap control", [(_interval(x and x.leakage), _key(x and x.leakage)) for x in m]),
         Column("swap control", [(_interval(x and x.control), _key(x and x.control)) for x in m]),
@@ -84,8 +86,6 @@ def columns(board: Board, shown: Shown) -> list[Column]:
     for other in board.others:
         cols.append(Column(other, [_other(e.metrics.get(other)) for e in rows]))
     cols.append(Column("failed frames", [_failed(e, metric) for e in rows]))
-    cols.append(Column("frames (truth / reconstruction / best prior)", [("", "") for _ in rows],
-                       markup=[_thumbnail(board, e, shown) for e in rows]))
     cols += [
         Column("ms/frame", [(f"{e.ms_per_frame:.3g}", e.ms_per_frame) for e in rows]),
         Column("n", [(str(e.n_episodes - e.n_failed), float(e.n_episodes - e.n_failed)) for e in rows]),
@@ -101,8 +101,19 @@ def _headline(e: Entry, metric: str) -> tuple[str, float]:
     m, stat = e.metrics.get(metric), headline(e, metric)
     if m is None or stat is None:
         return "–", -math.inf
-    text = _interval(stat) + ("" if m.prior_leakage is not None else " (vs swap control: no priors scored)")
+    text = f"{_interval(stat)} {verdict(m, stat)}"
+    text += "" if m.prior_leakage is not None else " (vs swap control: no priors scored)"
     return text, stat.mean if m.higher_is_better else -stat.mean
+
+
+VERDICTS = {"leaks": "leaks", "none": "no leakage shown", "below": "below the prior"}
+
+
+def verdict(m: MetricResult, stat: Interval) -> str:
+    """What the CI says, in the metric's own direction: it excludes 0 on the better side, straddles 0, or lies
+    on the worse side (the attack does worse than a guess without the gradient)."""
+    lo, hi = (stat.ci_low, stat.ci_high) if m.higher_is_better else (-stat.ci_high, -stat.ci_low)
+    return VERDICTS["leaks" if lo > 0 else "below" if hi < 0 else "none"]
 
 
 def _prior(m: MetricResult | None) -> tuple[str, float]:
@@ -226,12 +237,39 @@ def _cell_md(c: Column, i: int) -> str:
     return c.markup[i][0] if c.markup is not None else _md_cell(c.cells[i][0], c.user)
 
 
+def summary(all_boards: list[Board]) -> list[tuple[Board, str, str, str]]:
+    """Per board: (board, its leader, the leader's headline, how many ranked entries leak)."""
+    out = []
+    for board in all_boards:
+        ranked = [e for e in board.entries if board.ranked(e)]
+        leaks = sum(_headline(e, board.metric)[0].split(" (vs swap")[0].endswith(VERDICTS["leaks"]) for e in ranked)
+        if not ranked:
+            out.append((board, "–", "–", "0 of 0"))
+            continue
+        top = ranked[0]
+        who = f"{top.attack}, {top.victim} @ {top.checkpoint}, {_defense(top)}"
+        out.append((board, who, _headline(top, board.metric)[0], f"{leaks} of {len(ranked)}"))
+    return out
+
+
+def _anchor(board: Board) -> str:
+    """GitHub's heading anchor of ``## task: title``."""
+    return re.sub(r"[^a-z0-9 -]", "", f"{board.task}: {board.title}".lower()).replace(" ", "-")
+
+
 def render_markdown(entries: list[Entry], shown: Shown | None = None) -> str:
     shown = shown or Shown(entries)
     parts = [MARKDOWN_HEAD]
     if not entries:
         parts.append("\nNo entries yet.\n")
-    for board in boards(entries):
+    all_boards = boards(entries)
+    if all_boards:
+        parts.append("| board | ranked by | leader | its leakage vs best prior | entries that leak |")
+        parts.append("|---|---|---|---|---|")
+        for board, who, lead, leaks in summary(all_boards):
+            parts.append(f"| [{board.task}: {board.title}](#{_anchor(board)}) | `{board.metric}` | {_md_cell(who, True)} "
+                         f"| {lead} | {leaks} |")
+    for board in all_boards:
         cols = columns(board, shown)
         parts.append(f"\n## {board.task}: {board.title}\n\nRanked by `{board.metric}` leakage vs best prior.\n")
         parts.append("| " + " | ".join(c.title for c in cols) + " | links |")
@@ -255,6 +293,9 @@ th.asc::after { content: " \\25B2"; } th.desc::after { content: " \\25BC"; }
 tbody tr:nth-child(even) { background: #fafbfc; }
 td.num { font-variant-numeric: tabular-nums; }
 td.lead { font-weight: 600; }
+td.v-leaks { background: #dff3e3; } td.v-none { background: #f2f2f2; color: #555; }
+td.v-below { background: #fbe3e3; }
+table.summary th { cursor: default; }
 div.scroll { overflow-x: auto; }
 img.thumb { image-rendering: pixelated; display: block; max-height: 200px; }
 div.acts { font-family: ui-monospace, monospace; font-size: 12px; }
@@ -312,8 +353,13 @@ def render_html(entries: list[Entry], shown: Shown | None = None) -> str:
         body.append("<p>No entries yet.</p>")
     all_boards = boards(entries)
     if all_boards:
-        body.append("<p>Boards: " + " · ".join(f'<a href="#{esc(b.id)}">{esc(b.task)}: {esc(b.title)}</a>'
-                                                for b in all_boards) + "</p>")
+        body.append('<table class="summary"><thead><tr><th>board</th><th>ranked by</th><th>leader</th>'
+                    "<th>its leakage vs best prior</th><th>entries that leak</th></tr></thead><tbody>")
+        for board, who, lead, leaks in summary(all_boards):
+            body.append(f'<tr><td><a href="#{esc(board.id)}">{esc(board.task)}: {esc(board.title)}</a></td>'
+                        f"<td><code>{esc(board.metric)}</code></td><td>{esc(who)}</td>"
+                        f'<td class="{_verdict_class(lead)}">{esc(lead)}</td><td>{esc(leaks)}</td></tr>')
+        body.append("</tbody></table>")
     for board in all_boards:
         cols = columns(board, shown)
         body.append(f"<h2>{esc(board.task)}: {esc(board.title)} <small>(ranked by <code>{esc(board.metric)}</code> "
@@ -325,7 +371,7 @@ def render_html(entries: list[Entry], shown: Shown | None = None) -> str:
             cells = []
             for j, c in enumerate(cols):
                 text, key = c.cells[i]
-                lead = " lead" if j == 4 else ""
+                lead = (" lead " + _verdict_class(text)) if j == 4 else ""
                 if c.markup is not None:
                     cells.append(f'<td data-v="">{c.markup[i][1]}</td>')
                 elif isinstance(key, float):  # missing values sort below every number
@@ -342,6 +388,10 @@ def render_html(entries: list[Entry], shown: Shown | None = None) -> str:
             "<title>gradleak-bench leaderboard</title>"
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body)
             + f"\n<script>{JS}</script>\n</body></html>\n")
+
+
+def _verdict_class(text: str) -> str:
+    return next((f"v-{key}" for key, words in VERDICTS.items() if text.split(" (vs swap")[0].endswith(words)), "")
 
 
 # --- the command ---------------------------------------------------------------------------------------------

@@ -25,8 +25,8 @@ from gradleak_bench.run.results import Interval, MetricResult  # noqa: F401  (re
 
 SCHEMA = "gradleak-bench-entry/2"
 
-#: The metric each task's tables are sorted by (its leakage = metric - control, best first). It is the one
-#: every reference attack reports and the headline of both threat-model papers (TRACE, QGI/RGI).
+#: The metric every reference attack reports for a task (the headline of both threat-model papers, TRACE and
+#: QGI/RGI): verify's summary names it. The boards rank each field by its own metric (:mod:`.boards`).
 PRIMARY_METRIC = {"PointNav": "action_accuracy", "ActivePerception": "action_accuracy"}
 
 #: Names that become folder and file names: no separators, no dots at the start.

@@ -37,7 +37,7 @@ KINDS = ("truth", "reconstruction", "prior")
 IMAGE_FIELDS = ("rgb", "depth")
 TRAJECTORY_FIELD = "pose"
 GAP = 2  # px between tiles (white), and twice that between episodes
-PLOT = 96  # px: side of one episode's top-down trajectory plot
+PLOT = 128  # px: side of one episode's top-down trajectory plot
 #: A regenerated image row may differ from the committed one by this mean absolute grey level (of 255);
 #: a regenerated path point by this many metres; actions must match exactly (integers).
 IMAGE_TOL = 2.0
@@ -119,8 +119,7 @@ def compute(entry: Entry, entry_file: Path, fields_prior: dict[str, str], progre
     length = {e: truths[e].length for e in ids}
     priors = _prior_fields(entry, fields_prior, length)
     frames = tuple((e, t) for e in ids for t in range(min(STEPS, length[e])))
-    strip = Strip(str(entry.relative_path), sha256_file(entry_file), frames,
-                  {f: p for f, p in fields_prior.items()})
+    strip = Strip(str(entry.relative_path), sha256_file(entry_file), frames, dict(fields_prior))
     for name in fields_prior:
         if name in IMAGE_FIELDS:
             strip.images[name] = {
@@ -208,19 +207,25 @@ def _xy(poses: np.ndarray) -> np.ndarray:
 # --- files ----------------------------------------------------------------------------------------------------
 
 
-def image_png(images: dict[str, np.ndarray], n_episodes_frames: tuple[tuple[str, int], ...]) -> bytes:
+def image_png(images: dict[str, np.ndarray], frames: tuple[tuple[str, int], ...]) -> bytes:
     """Rows truth / reconstruction / prior, one tile per frame, a wider gap between episodes."""
-    return _png(_compose(images, n_episodes_frames))
+    return _png(_compose(images, frames))
 
 
-def _compose(images: dict[str, np.ndarray], frames: tuple[tuple[str, int], ...]) -> np.ndarray:
-    n, h, w, _ = images["truth"].shape
+def _columns(frames: tuple[tuple[str, int], ...], w: int) -> tuple[list[int], int]:
+    """Each tile's left edge and the strip's width: tiles of width ``w``, a double gap between episodes."""
     xs, x = [], 0
     for i, (episode, _) in enumerate(frames):
         if i:
             x += GAP * (2 if episode != frames[i - 1][0] else 1)
         xs.append(x)
         x += w
+    return xs, x
+
+
+def _compose(images: dict[str, np.ndarray], frames: tuple[tuple[str, int], ...]) -> np.ndarray:
+    n, h, w, _ = images["truth"].shape
+    xs, x = _columns(frames, w)
     canvas = np.full((len(KINDS) * h + (len(KINDS) - 1) * GAP, x, 3), 255, dtype=np.uint8)
     for row, kind in enumerate(KINDS):
         for i in range(n):
@@ -232,12 +237,7 @@ def _compose(images: dict[str, np.ndarray], frames: tuple[tuple[str, int], ...])
 def decompose(canvas: np.ndarray, frames: tuple[tuple[str, int], ...], tile: tuple[int, int]) -> dict[str, np.ndarray]:
     """The inverse of :func:`_compose` for tiles of ``tile`` = (H, W)."""
     h, w = tile
-    xs, x = [], 0
-    for i, (episode, _) in enumerate(frames):
-        if i:
-            x += GAP * (2 if episode != frames[i - 1][0] else 1)
-        xs.append(x)
-        x += w
+    xs, x = _columns(frames, w)
     if canvas.shape != (len(KINDS) * h + (len(KINDS) - 1) * GAP, x, 3):
         raise CorruptFileError(f"a thumbnail strip of shape {canvas.shape} is not {len(frames)} tiles of {h}x{w}")
     return {kind: np.stack([canvas[row * (h + GAP):row * (h + GAP) + h, xi:xi + w] for xi in xs])
@@ -245,13 +245,15 @@ def decompose(canvas: np.ndarray, frames: tuple[tuple[str, int], ...], tile: tup
 
 
 def trajectory_png(paths: dict[str, dict[str, np.ndarray]]) -> bytes:
-    """One top-down plot per episode (north up): truth black, reconstruction red, best prior blue."""
+    """One top-down plot per episode (world x right, y up; one scale for both axes, fitted to the three paths):
+    truth black, reconstruction red, best prior blue, a dot at each start."""
     from PIL import Image, ImageDraw
 
     panels = []
     for kinds in paths.values():
         image = Image.new("RGB", (PLOT, PLOT), (255, 255, 255))
         draw = ImageDraw.Draw(image)
+        draw.rectangle((0, 0, PLOT - 1, PLOT - 1), outline=(208, 215, 222))
         points = np.concatenate([p for p in kinds.values() if len(p)])
         lo, hi = points.min(axis=0), points.max(axis=0)
         scale = (PLOT - 8) / max(float((hi - lo).max()), 1e-3)

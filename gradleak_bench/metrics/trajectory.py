@@ -28,13 +28,17 @@ Metrics (all in metres unless said otherwise):
   visited (consecutive repeats collapsed; a position outside the apartment is its own "room" -1). In [0, 1].
 
 The last two need the layout: their spec sets ``needs_episode`` and the runner passes the truth
-:class:`~gradleak_bench.records.Episode` (the scorer has the layout id; an attack never does).
+:class:`~gradleak_bench.records.Episode` (the scorer has the layout id; an attack never does). The layout's
+facts come from the episode's own backend (``Episode.backend``, :meth:`Backend.layout_facts`); a backend that
+has none (AI2-THOR, Habitat: no room map without the simulator) is refused with
+:class:`~gradleak_bench.errors.LayoutFactsUnavailableError`, never scored on another scene.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import numpy as np
+from gradleak_bench.errors import LayoutFactsUnavailableError
 from gradleak_bench.metrics.registry import MetricSpec, register_metric
 
 HIT_RADIUS_M = 0.5
@@ -132,9 +136,12 @@ def levenshtein(a: list[int], b: list[int]) -> int:
     return prev[-1]
 
 
-def room_sequence(apartment, positions: np.ndarray) -> list[int]:
-    """Rooms visited along ``positions`` (``Apartment.room_of``; -1 outside), consecutive repeats collapsed."""
-    rooms = [apartment.room_of(float(x), float(y)) for x, y in positions]
+def room_sequence(layout, positions: np.ndarray) -> list[int]:
+    """Rooms visited along ``positions`` (``LayoutFacts.room_of``; -1 outside), consecutive repeats collapsed.
+    ``layout``: the episode's :class:`~gradleak_bench.envs.backend.LayoutFacts` (a PyBullet ``Apartment`` is
+    read as its facts)."""
+    layout = as_layout(layout)
+    rooms = [layout.room_of(float(x), float(y)) for x, y in positions]
     return [r for i, r in enumerate(rooms) if i == 0 or r != rooms[i - 1]]
 
 
@@ -144,21 +151,28 @@ def _rect_distance(points: np.ndarray, rect: np.ndarray) -> np.ndarray:
     return np.hypot(dx, dy)
 
 
-def key_points(apartment, truth_positions: np.ndarray, approach: float = APPROACH_M) -> np.ndarray:
-    """Key points ``(K, 2)`` of a true path in its apartment: the centre of each doorway passed through
-    (once per doorway), then the closest-approach position to each furniture piece that the path comes
-    within ``approach`` metres of (once per piece)."""
-    from gradleak_bench.envs.pybullet.apartment import doorway_centres, furniture_footprints
+def key_points(layout, truth_positions: np.ndarray, approach: float = APPROACH_M) -> np.ndarray:
+    """Key points ``(K, 2)`` of a true path in its layout: the centre of each doorway passed through (once per
+    doorway), then the closest-approach position to each furniture piece that the path comes within
+    ``approach`` metres of (once per piece). ``layout`` as in :func:`room_sequence`.
 
+    Raises:
+        LayoutFactsUnavailableError: When the layout has no room map (doorways join rooms).
+    """
+    layout = as_layout(layout)
+    if layout.rooms is None:
+        raise LayoutFactsUnavailableError(
+            f"key points need the rooms and doorways of the layout; the {layout.backend} scene "
+            f"{layout.scene} has no room map.")
     pts: list[np.ndarray] = []
-    centres = doorway_centres(apartment)
-    rooms = [apartment.room_of(float(x), float(y)) for x, y in truth_positions]
+    centres = layout.doorway_centres
+    rooms = [layout.room_of(float(x), float(y)) for x, y in truth_positions]
     used: set[int] = set()
     for t in range(len(rooms) - 1):
         a, b = rooms[t], rooms[t + 1]
         if a == b or a < 0 or b < 0:
             continue
-        doors = [i for i, d in enumerate(apartment.doors) if {d.a, d.b} == {a, b}]
+        doors = [i for i, d in enumerate(layout.doors) if set(d) == {a, b}]
         if not doors:
             continue
         mid = (truth_positions[t] + truth_positions[t + 1]) / 2
@@ -166,23 +180,41 @@ def key_points(apartment, truth_positions: np.ndarray, approach: float = APPROAC
         if best not in used:
             used.add(best)
             pts.append(centres[best])
-    for rect in furniture_footprints(apartment):
+    for rect in layout.furniture:
         dist = _rect_distance(truth_positions, rect)
         if dist.min() <= approach:
             pts.append(truth_positions[int(dist.argmin())])
     return np.asarray(pts, dtype=np.float64).reshape(-1, 2)
 
 
-def _apartment(episode=None, layout_id: int | None = None, apartment=None):
+def as_layout(layout):
+    """``layout`` as :class:`~gradleak_bench.envs.backend.LayoutFacts` (a PyBullet ``Apartment`` converted)."""
+    from gradleak_bench.envs.backend import LayoutFacts
+
+    if isinstance(layout, LayoutFacts):
+        return layout
+    from gradleak_bench.envs.pybullet.apartment import Apartment
+
+    if isinstance(layout, Apartment):
+        from gradleak_bench.envs.pybullet.adapter import apartment_facts
+
+        return apartment_facts(layout)
+    raise TypeError(f"a layout is LayoutFacts (or a PyBullet Apartment), not {type(layout).__name__}")
+
+
+def _layout(episode=None, layout_id: int | None = None, apartment=None):
+    """The layout the episode ran in, from its own backend (``episode.backend``; PyBullet for a bare
+    ``layout_id``). A backend that cannot give layout facts is refused, never replaced by a PyBullet scene."""
     if apartment is not None:
-        return apartment
+        return as_layout(apartment)
+    backend = "pybullet"
     if layout_id is None:
         if episode is None:
             raise ValueError("this metric needs the layout: pass episode=, layout_id= or apartment=")
-        layout_id = episode.layout_id
-    from gradleak_bench.envs.pybullet.apartment import generate_apartment
+        layout_id, backend = episode.layout_id, episode.backend
+    from gradleak_bench.envs.backend import backend_class
 
-    return generate_apartment(int(layout_id))
+    return backend_class(backend).layout_facts(int(layout_id))
 
 
 # ------------------------------------------------------------------------------------------ metrics
@@ -213,7 +245,7 @@ def _context_metric(name: str, score: Callable[[object, np.ndarray, np.ndarray],
     def fn(recon: np.ndarray, truth: np.ndarray, *, episode=None, layout_id: int | None = None,
            apartment=None) -> np.ndarray:
         pair = _paths(name, recon, truth, aligned)
-        return np.array([np.nan]) if pair is None else np.array([score(_apartment(episode, layout_id, apartment), *pair)])
+        return np.array([np.nan]) if pair is None else np.array([score(_layout(episode, layout_id, apartment), *pair)])
 
     fn.__name__ = name
     fn.__doc__ = f"{name}: one value per episode; needs the layout (episode=, layout_id= or apartment=)."
@@ -224,16 +256,19 @@ def _ate(p: np.ndarray, q: np.ndarray) -> float:
     return float(np.sqrt((np.sum((p - q) ** 2, axis=1)).mean()))
 
 
-def _keypoint_hits(apartment, p: np.ndarray, q: np.ndarray) -> float:
-    keys = key_points(apartment, q)
+def _keypoint_hits(layout, p: np.ndarray, q: np.ndarray) -> float:
+    keys = key_points(layout, q)
     if len(keys) == 0:
         return float("nan")
     dist = np.linalg.norm(keys[:, None, :] - p[None, :, :], axis=2).min(axis=1)
     return float((dist <= HIT_RADIUS_M).mean())
 
 
-def _room_accuracy(apartment, p: np.ndarray, q: np.ndarray) -> float:
-    a, b = room_sequence(apartment, p), room_sequence(apartment, q)
+def _room_accuracy(layout, p: np.ndarray, q: np.ndarray) -> float:
+    if layout.rooms is None:
+        raise LayoutFactsUnavailableError(f"room_sequence_accuracy needs the rooms of the layout; the "
+                                          f"{layout.backend} scene {layout.scene} has no room map.")
+    a, b = room_sequence(layout, p), room_sequence(layout, q)
     return 1.0 - levenshtein(a, b) / max(len(a), len(b))
 
 

@@ -11,6 +11,10 @@ goes on. Cells and utility runs are independent units: ``executor="ray"`` runs t
 Outputs in ``OUT``: ``grid.csv`` (one row per cell and metric), ``grid.md`` (the table, headline metric per
 attack), ``privacy_utility_<task>-<victim>.png`` (leakage of each attack's headline metric against the
 defended victim's val return, one point per setting, the Pareto frontier marked) and ``grid.json``.
+
+Leakage everywhere is **over the best gradient-free prior** (metric - best prior, paired per episode, with
+its CI; docs/priors.md); leakage over the swap control is reported beside it as its own column, never as the
+headline. A cell scored without priors has no headline leakage (NaN, ``no prior`` in the table).
 """
 from __future__ import annotations
 
@@ -212,15 +216,21 @@ def headline_metric(summary: dict[str, Any]) -> str | None:
     return next((m for m in HEADLINE_METRICS if m in metrics), next(iter(metrics), None))
 
 
-def oriented_leakage(entry: Any) -> tuple[float, float, float]:
-    """Leakage (metric - control) of a MetricResult (or its results.json dict) oriented so that larger means
-    more leaked, with its CI."""
+LEAKAGE_KINDS = ("prior_leakage", "leakage")  # over the best prior (the headline), over the swap control
+
+
+def oriented_leakage(entry: Any, kind: str = "prior_leakage") -> tuple[float, float, float]:
+    """Leakage of a MetricResult (or its results.json dict) with its CI, oriented so that larger means more
+    leaked: ``kind="prior_leakage"`` (metric - best prior, the headline) or ``"leakage"`` (metric - swap
+    control). NaNs when the run has no such reference."""
+    if kind not in LEAKAGE_KINDS:
+        raise ValueError(f"kind must be one of {LEAKAGE_KINDS}, got {kind!r}")
     if isinstance(entry, dict):
-        leak, higher = entry.get("leakage"), entry.get("higher_is_better", True)
+        leak, higher = entry.get(kind), entry.get("higher_is_better", True)
         leak = None if leak is None else (leak["mean"], leak["ci_low"], leak["ci_high"])
     else:
-        higher = entry.higher_is_better
-        leak = None if entry.leakage is None else (entry.leakage.mean, entry.leakage.ci_low, entry.leakage.ci_high)
+        higher, interval = entry.higher_is_better, getattr(entry, kind)
+        leak = None if interval is None else (interval.mean, interval.ci_low, interval.ci_high)
     if leak is None:
         return math.nan, math.nan, math.nan
     return leak if higher else (-leak[0], -leak[2], -leak[1])
@@ -306,11 +316,16 @@ def _rows(grid: dict[str, Any]) -> list[dict[str, Any]]:
         for name, raw in summary.get("metrics", {}).items():
             entry = MetricResult.from_dict(raw, f"grid cell {c['task']}/{c['victim']} {c['attack']} x "
                                                 f"{c['setting']}: {name}")
-            leak, lo, hi = oriented_leakage(entry)
+            leak, lo, hi = oriented_leakage(entry, "prior_leakage")
+            c_leak, c_lo, c_hi = oriented_leakage(entry, "leakage")
+            best = entry.references.get(entry.best_prior) if entry.best_prior else None
             rows.append({**base, "metric": name, "headline": name == headline, "mean": entry.mean,
                          "ci_low": entry.ci_low, "ci_high": entry.ci_high,
-                         "control": entry.control.mean if entry.control else math.nan,
+                         "best_prior": (entry.best_prior or "").removeprefix("prior:"),
+                         "best_prior_mean": best.mean if best else math.nan,
                          "leakage": leak, "leakage_ci_low": lo, "leakage_ci_high": hi,
+                         "control": entry.control.mean if entry.control else math.nan,
+                         "control_leakage": c_leak, "control_leakage_ci_low": c_lo, "control_leakage_ci_high": c_hi,
                          "failed_frames": entry.failed_frames})
     return rows
 
@@ -327,13 +342,39 @@ def write_outputs(grid: dict[str, Any], out: Path) -> None:
             plot_privacy_utility(part, out / f"privacy_utility_{task}-{victim}.png", f"{task}/{victim}")
 
 
+def _interval_text(mean: float, low: float, high: float) -> str:
+    return f"{mean:.3g} [{low:.3g}, {high:.3g}]"
+
+
+def _entries(rows: Any) -> tuple[str, str]:
+    """One cell's two table entries: leakage over the best prior (with the prior's name) and over the control."""
+    status = rows["status"].iloc[0] if len(rows) else "failed"
+    head = rows[rows["headline"] == True]  # noqa: E712
+    if status == "skipped":
+        return "-", "-"
+    if status != "ok" or head.empty:
+        return "x", "x"
+    r = head.iloc[0]
+    failed = int(r.get("failed_frames", 0) or 0)
+    note = f" ({failed} failed frames)" if failed else ""
+    prior = ("no prior" if math.isnan(r["leakage"]) else
+             _interval_text(r["leakage"], r["leakage_ci_low"], r["leakage_ci_high"]) + f" ({r['best_prior']})")
+    control = ("--" if math.isnan(r["control_leakage"]) else
+               _interval_text(r["control_leakage"], r["control_leakage_ci_low"], r["control_leakage_ci_high"]))
+    return prior + note, control
+
+
 def markdown_table(frame: Any) -> str:
-    """Headline metric per cell: one table per task/victim, attacks as columns, settings as rows, each entry
-    ``leakage [CI]``; utility columns when measured."""
+    """Headline metric per cell: one table per task/victim, settings as rows and, per attack, two columns:
+    leakage over the best prior ``mean [CI] (prior)`` (the headline) and over the swap control; utility
+    columns when measured."""
     lines = ["# Defense grid", "",
-             "Each entry: leakage of the attack's headline metric (metric - control, oriented so that larger = "
-             "more leaked) with its 95% bootstrap CI; `-` skipped (attack does not apply), `x` failed; failed frames "
-             "(missing or non-finite output, each scored the metric's worst value) are shown when there are any.", ""]
+             "Each attack has two columns for its headline metric, both oriented so that larger = more leaked, "
+             "with 95% bootstrap CIs: **leakage over the best gradient-free prior** (metric - best prior, paired "
+             "per episode; the prior named in brackets; the headline, docs/priors.md) and leakage over the swap "
+             "control (the attack's output for another episode). `-` skipped (attack does not apply), `x` failed; "
+             "failed frames (missing or non-finite output, each scored the metric's worst value) are shown when "
+             "there are any.", ""]
     if frame.empty:
         return "\n".join(lines + ["(no cells)", ""])
     for (task, victim), part in frame.groupby(["task", "victim"], sort=False):
@@ -343,24 +384,16 @@ def markdown_table(frame: Any) -> str:
                  for a in attacks}
         util = "val_return" in part and part["val_return"].notna().any()
         lines += [f"## {task} / {victim}", ""]
-        header = ["setting"] + [f"{a} ({heads[a]})" if heads[a] else a for a in attacks]
+        header = ["setting"]
+        for a in attacks:
+            name = f"{a} ({heads[a]})" if heads[a] else a
+            header += [f"{name}: leakage vs best prior", f"{name}: vs swap control"]
         header += ["val return (defended, mean ± sd over seeds)", "val success", "DP eps/step in training"] if util else []
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for s in settings:
             cells = []
             for a in attacks:
-                rows = part[(part["attack"] == a) & (part["setting"] == s)]
-                head = rows[rows["headline"] == True]  # noqa: E712
-                status = rows["status"].iloc[0] if len(rows) else "failed"
-                if status == "skipped":
-                    cells.append("-")
-                elif status != "ok" or head.empty:
-                    cells.append("x")
-                else:
-                    r = head.iloc[0]
-                    failed = int(r.get("failed_frames", 0) or 0)
-                    cells.append(f"{r['leakage']:.3g} [{r['leakage_ci_low']:.3g}, {r['leakage_ci_high']:.3g}]"
-                                 + (f" ({failed} failed frames)" if failed else ""))
+                cells += _entries(part[(part["attack"] == a) & (part["setting"] == s)])
             if util:
                 r = part[part["setting"] == s].iloc[0]
                 spread = "" if math.isnan(r["val_return_sd"]) else f" ± {r['val_return_sd']:.2f}"
@@ -417,7 +450,7 @@ def plot_privacy_utility(part: Any, path: Path, title: str) -> None:
             ax.set_xticklabels(sub["setting"], rotation=90, fontsize=6)
         metric = sub["metric"].iloc[0] if len(sub) else ""
         ax.axhline(0, color="grey", lw=0.6, ls="--")
-        ax.set_ylabel(f"leakage: {metric} - control\n(lower is more private)")
+        ax.set_ylabel(f"leakage: {metric} - best prior\n(lower is more private; <= 0: no leak)")
         ax.set_title(f"{attack}", fontsize=9)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")

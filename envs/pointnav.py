@@ -1,0 +1,79 @@
+"""PointNav (and its continuous-action variant) on any backend.
+
+Reach a goal: RGB observations only (TRACE setting). Reward: -0.01 per step, plus 1 on the step that ends
+within :data:`SUCCESS_DISTANCE` of the goal, which terminates the episode. Goals are navigable points
+1.5-6 m from the start, reachable from it, on its floor; PyBullet marks the goal with a tall orange beacon
+(other simulators draw no marker). The actions and their step sizes are the task spec's
+(:mod:`gradleak_bench.tasks`).
+
+``progress_reward`` (default 0: the task's reward as specified) adds that factor times the reduction of the
+straight-line distance to the goal at each step, Habitat's PointNav shaping; the victim zoo trains with it,
+because from pixels the sparse reward alone does not train a NatureCNN policy within a CPU budget (measured:
+0% success after 60k PPO steps, random 12.5%).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from gradleak_bench.envs.common import goal_vector
+from gradleak_bench.envs.task_env import SAME_FLOOR, STEP_PENALTY, TaskEnv
+from gradleak_bench.tasks import TaskSpec
+
+SUCCESS_DISTANCE = 1.0
+GOAL_RANGE = (1.5, 6.0)
+CONNECT_TRIES = 20
+
+
+class PointNav(TaskEnv):
+    """PointNav; ``PointNavContinuous`` is the same task with velocity commands (see the task spec)."""
+
+    def __init__(self, spec: TaskSpec, backend: str = "pybullet", layouts: Any = "train",
+                 image_size: int | None = None, render_mode: str | None = None, fov: float | None = None,
+                 backend_options: dict[str, Any] | None = None, progress_reward: float = 0.0):
+        super().__init__(spec, backend, layouts, image_size, render_mode, fov, backend_options)
+        n = self.image_size
+        self.observation_space = spaces.Box(0, 255, (n, n, 3), dtype=np.uint8)
+        self.goal_position = np.zeros(2, dtype=np.float32)
+        self.progress_reward = float(progress_reward)
+        self._last_distance = 0.0
+
+    def _reset_task(self) -> None:
+        start = self._place()
+        dist = np.linalg.norm(self._points[:, :2] - start[:2], axis=1)
+        lo, hi = GOAL_RANGE
+        mask = (dist >= lo) & (dist <= hi) & (np.abs(self._points[:, 2] - start[2]) < SAME_FLOOR)
+        goal = self._draw(mask)
+        for _ in range(CONNECT_TRIES):
+            if self.backend.connected(start, goal):
+                break
+            goal = self._draw(mask)
+        self.goal_position = goal[:2].astype(np.float32)
+        self.backend.show_goal(goal[:2])
+        self._last_distance = float(self._goal_vector()[0])
+
+    def _goal_vector(self) -> np.ndarray:
+        x, y, yaw, _ = self._pose()
+        return goal_vector(x, y, yaw, self.goal_position)
+
+    def _reward(self) -> tuple[float, bool]:
+        distance = float(self._goal_vector()[0])
+        success = distance <= SUCCESS_DISTANCE
+        progress, self._last_distance = self._last_distance - distance, distance
+        return -STEP_PENALTY + (1.0 if success else 0.0) + self.progress_reward * progress, success
+
+    def _observation(self) -> np.ndarray:
+        return self._view.rgb.copy()
+
+    def _task_info(self) -> dict[str, Any]:
+        goal = self._goal_vector()
+        return {"goal": goal, "goal_position": self.goal_position.copy(), "success": bool(goal[0] <= SUCCESS_DISTANCE)}
+
+
+class PointNavContinuous(PointNav):
+    """PointNav with continuous (linear, angular) velocity commands: the same layouts, camera, goals, reward,
+    success radius and 200-step limit. The motion model is the spec's ``velocity``
+    (:class:`gradleak_bench.tasks.VelocityMotion`): a blocked translation leaves the robot where it was
+    (``info["collided"]``), the turn always happens, and the camera stays level (``camera_pitch`` is 0)."""

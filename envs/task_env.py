@@ -1,0 +1,201 @@
+"""The env class every task builds on: a :class:`~gradleak_bench.tasks.TaskSpec` (actions and their motion,
+camera, episode limit) executed on one :class:`~gradleak_bench.envs.backend.Backend`.
+
+A task subclass implements the hooks (``_reset_task``, ``_reward``, ``_observation``, ``_task_info``) once;
+the same class runs on PyBullet, AI2-THOR, Habitat or a plug-in backend. Every random choice of an episode
+(layout, start pose, goal, target) is drawn from the env's ``np_random``, seeded by ``reset(seed=...)``, in an
+order that does not depend on the backend, so a layout id and a seed fix an episode on a given backend.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from gradleak_bench.envs.backend import View, as_int_layout, backend_class
+from gradleak_bench.errors import InvalidLayoutError, SimulatorUnavailableError
+from gradleak_bench.tasks import TaskSpec
+
+STEP_PENALTY = 0.01
+PLACE_TRIES = 20
+SAME_FLOOR = 1.0
+"""Goals and starts stay on the storey of the start / target (multi-floor Habitat scenes), in metres of z."""
+
+
+class TaskEnv(gym.Env):
+    """A task on a backend.
+
+    Args:
+        spec: The task (``gymnasium.make`` passes it through :func:`~gradleak_bench.envs.backend.make_env`).
+        backend: A registered backend name (``pybullet``, the default, ``ai2thor``, ``habitat``).
+        layouts: What the backend accepts: PyBullet a split name or layout ids; AI2-THOR a split name of the
+            iTHOR manifest or FloorPlan numbers / names; Habitat scene file paths or a folder.
+        image_size: Height and width of the square observations (default: the task camera's).
+        render_mode: ``None`` or ``"rgb_array"``.
+        fov: Camera field of view in degrees (default: the task camera's).
+        backend_options: Keyword arguments of the backend's adapter (see its class).
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+    NEEDS_TARGETS = False
+
+    def __init__(self, spec: TaskSpec, backend: str = "pybullet", layouts: Any = "train",
+                 image_size: int | None = None, render_mode: str | None = None, fov: float | None = None,
+                 backend_options: dict[str, Any] | None = None):
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode {render_mode!r} is not supported; use None or 'rgb_array'.")
+        image_size = spec.camera.image_size if image_size is None else image_size
+        if int(image_size) < 8:
+            raise ValueError(f"image_size must be at least 8 pixels, got {image_size!r}.")
+        self.task = spec
+        cls = backend_class(backend)
+        self.layouts = cls.resolve_layouts(layouts)  # a bad scene name fails before any simulator starts
+        self.image_size = int(image_size)
+        self.render_mode = render_mode
+        self.action_space = self._action_space()
+        self._backend_cls = cls
+        self.backend = None
+        self.backend = cls(layouts, self.layouts, self.image_size, float(spec.camera.fov if fov is None else fov),
+                           targets=self.NEEDS_TARGETS, **(backend_options or {}))
+        self._layout_id: int | None = None
+        self._points = np.zeros((0, 3))
+        self._view: View | None = None
+        self._collided = False
+
+    # ------------------------------------------------------------ gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        layout = self._choose_layout(options or {})
+        if layout != self._layout_id:
+            self.backend.load(layout)
+            self._layout_id = layout
+            self._points = np.asarray(self.backend.navigable_points(), dtype=np.float64).reshape(-1, 3)
+            if len(self._points) == 0:
+                raise SimulatorUnavailableError(
+                    f"{self.backend.name} scene {self.backend.scene_name()} has no navigable points: check that "
+                    "the scene loaded (and, for Habitat, that its .navmesh file sits next to the scene file).")
+        self._reset_task()
+        self._collided = False
+        self._view = self.backend.view(self._target_key())
+        return self._observation(), self._info()
+
+    def step(self, action):
+        if self._view is None:
+            raise RuntimeError("call reset() before step().")
+        self._collided = False
+        self._execute(action)
+        self._view = self.backend.view(self._target_key())
+        reward, terminated = self._reward()
+        return self._observation(), float(reward), bool(terminated), False, self._info()
+
+    def render(self):
+        if self.render_mode == "rgb_array" and self._view is not None:
+            return self._view.rgb.copy()
+        return None
+
+    def close(self) -> None:
+        backend = getattr(self, "backend", None)
+        if backend is not None:
+            backend.close()
+            self.backend = None
+
+    # ------------------------------------------------------------ motion
+    def _action_space(self) -> spaces.Space:
+        if self.task.velocity is not None:
+            return spaces.Box(-1.0, 1.0, (len(self.task.action_components),), dtype=np.float32)
+        return spaces.Discrete(len(self.task.actions))
+
+    def _execute(self, action: Any) -> None:
+        """Apply one action through the backend with the task's motion model."""
+        if self.task.velocity is not None:
+            forward, strafe, turn_deg = self.task.velocity.step(action)
+            self._collided = bool(self.backend.move(forward, strafe)) if (forward or strafe) else False
+            self.backend.rotate(turn_deg)
+            return
+        act = self.task.actions[int(action)]
+        if act.kind == "move":
+            self._collided = bool(self.backend.move(act.forward, act.strafe))
+        elif act.kind == "rotate":
+            self.backend.rotate(act.degrees)
+        elif act.kind == "look":
+            limit = self.task.camera.max_pitch
+            pitch = self.backend.pose()[3]
+            wanted = max(-limit, min(limit, pitch + act.degrees))
+            if abs(wanted - pitch) > 1e-6:
+                self.backend.look(wanted - pitch)
+
+    # ------------------------------------------------------------ helpers
+    @property
+    def layout_id(self) -> int | None:
+        return self._layout_id
+
+    def _choose_layout(self, options: dict[str, Any]) -> int:
+        if options.get("layout_id") is None:
+            return self.layouts[int(self.np_random.integers(len(self.layouts)))]
+        layout = self._backend_cls.check_layout_id(as_int_layout(options["layout_id"]))
+        if layout not in self.layouts:
+            raise InvalidLayoutError(f"layout {layout} is not among this env's {len(self.layouts)} layouts; "
+                                     f"{self._backend_cls.layout_hint(layout)}")
+        return layout
+
+    def _pose(self) -> tuple[float, float, float, float]:
+        return self.backend.pose()
+
+    def _draw(self, mask: np.ndarray | None = None) -> np.ndarray:
+        """A navigable point from ``np_random`` (among ``mask`` when that selects any)."""
+        pts = self._points if mask is None or not mask.any() else self._points[mask]
+        return pts[int(self.np_random.integers(len(pts)))]
+
+    def _place(self, mask: np.ndarray | None = None) -> np.ndarray:
+        """Put the robot at a navigable point (among ``mask``) with a random heading; returns the point.
+
+        A point where the robot does not fit is redrawn without drawing a heading; after
+        :data:`PLACE_TRIES` misfits the last point is used (a procedural scene's free-space grid already
+        keeps the robot clear of walls, so this is the rare case of a prop on the point).
+        """
+        point = self._draw(mask)
+        for attempt in range(PLACE_TRIES):
+            if attempt:
+                point = self._draw(mask)
+            if not self.backend.can_stand(point):
+                continue
+            if self.backend.teleport(point, float(self.np_random.uniform(-math.pi, math.pi))):
+                return point
+        if self.backend.teleport(point, float(self.np_random.uniform(-math.pi, math.pi))):
+            return point
+        raise SimulatorUnavailableError(
+            f"{self.backend.name} refused {PLACE_TRIES + 1} teleports to navigable points of "
+            f"{self.backend.scene_name()}.")
+
+    def _target_key(self) -> str | None:
+        return None
+
+    def _info(self) -> dict[str, Any]:
+        x, y, yaw, pitch = self._pose()
+        return {
+            "pose": np.array([x, y, yaw], dtype=np.float32),
+            "layout_id": int(self._layout_id),
+            "room": int(self.backend.room()),
+            "collided": bool(self._collided),
+            "depth": self._view.depth.copy(),
+            "camera_pitch": float(pitch),
+            "backend": self.backend.name,
+            "scene": self.backend.scene_name(),
+            **self._task_info(),
+        }
+
+    # ------------------------------------------------------------ task hooks
+    def _reset_task(self) -> None:
+        raise NotImplementedError
+
+    def _reward(self) -> tuple[float, bool]:
+        raise NotImplementedError
+
+    def _observation(self):
+        raise NotImplementedError
+
+    def _task_info(self) -> dict[str, Any]:
+        return {}
