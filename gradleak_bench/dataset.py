@@ -36,7 +36,7 @@ from gradleak_bench.records import Episode
 from gradleak_bench.tasks import get_task, step_truth
 from gradleak_bench.victims.checkpoint import LoadedVictim, load_victim
 from gradleak_bench.victims.policies import PolicyActor, single_thread
-from gradleak_bench.victims.targets import loss_targets, stack_obs
+from gradleak_bench.stream.targets import loss_targets, stack_obs
 
 FORMAT = "gradleak-bench-episodes/2"  # /2: the split identity is stored beside the content sha256
 

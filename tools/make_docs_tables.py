@@ -493,6 +493,9 @@ def headline_summary(*runs: dict) -> str:
     return markdown(header, [row[:2] + [row[2 + i] or "--" for i in keep] for row in rows])
 
 
+ALL_RUNS = CLOSED_FORM_RUNS + INVERSION_RUNS + TRACE_RUNS + TSP_RUNS
+
+
 GRID_POINTNAV = "docs/data/grid_pointnav_closed_form.json"
 GRID_AP = "docs/data/grid_ap_frontier.json"
 
@@ -565,6 +568,13 @@ TABLES: dict[str, Table] = {
     "calibrated_qgi": Table("docs/priors.md", CALIBRATED_QGI, calibrated_runs),
     "split_identity_margins": Table("docs/tasks.md", (SPLIT_MARGINS,), split_identity_margins),
     "headline_closed_form": Table("docs/closed-form.md", CLOSED_FORM_RUNS, headline_closed_form),
+    "headline_tsp": Table("docs/tsp.md", TSP_RUNS, headline_tsp),
+    "defenses_grid_ap": Table("docs/defenses.md", (GRID_AP,), defenses_grid_ap),
+    "headline_inversion": Table("docs/inversion-attacks.md", INVERSION_RUNS, headline_inversion),
+    "headline_trace": Table("docs/trace.md", TRACE_RUNS, headline_trace),
+    "headline_summary": Table("docs/priors.md", ALL_RUNS, headline_summary),
+    "headline_conditions": Table("docs/priors.md", ALL_RUNS, headline_conditions),
+    "defenses_grid_pointnav": Table("docs/defenses.md", (GRID_POINTNAV,), defenses_grid_pointnav),
 }
 
 

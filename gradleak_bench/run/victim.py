@@ -9,28 +9,10 @@ import torch
 
 from gradleak_bench.errors import PluginContractError
 from gradleak_bench.records import VictimInfo
-from gradleak_bench.victims.checkpoint import LoadedVictim
-from gradleak_bench.victims.policies import env_spaces
+# attacker_copy and victim_info live with LoadedVictim (a layer below run/, so defended training can use them).
+from gradleak_bench.victims.checkpoint import LoadedVictim, attacker_copy, victim_info
 
-
-def attacker_copy(victim: LoadedVictim) -> torch.nn.Module:
-    """The attacker's own copy of the victim policy: rebuilt from the spec and loaded with the capture
-    parameters (a deepcopy fails once SB3 has cached a distribution with grad history in the policy)."""
-    from gradleak_bench.victims.policies import build_policy
-
-    policy = build_policy(victim.spec)
-    policy.load_state_dict(victim.policy.state_dict())
-    return policy.eval()
-
-
-def victim_info(victim: LoadedVictim, gradients: Any) -> VictimInfo:
-    """The public info of ``victim`` with a fresh policy copy; ``gradients`` gives the released parameter shapes."""
-    obs_space, action_space = env_spaces(victim.spec.task, victim.spec.image_size)
-    return VictimInfo(
-        task=victim.spec.task, victim=victim.spec.name, checkpoint=victim.checkpoint, loss=victim.spec.loss,
-        policy=attacker_copy(victim), observation_space=obs_space, action_space=action_space,
-        gradient_shapes=gradients.param_shapes, n_actions=int(action_space.n),
-    )
+__all__ = ["attacker_copy", "check_names", "rebuild_victim", "victim_info", "victim_message"]
 
 
 def victim_message(victim: LoadedVictim, shapes: dict[str, tuple[int, ...]]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -21,23 +21,24 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-import torch
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 
 from gradleak_bench.records import LossSpec, StepRecord
-from gradleak_bench.stream.per_sample import LossInputs, PerSampleGradients
+from gradleak_bench.stream.inputs import rollout_inputs
+from gradleak_bench.stream.per_sample import PerSampleGradients
 
 
 def loss_spec_of(model: BaseAlgorithm) -> LossSpec:
-    """The :class:`LossSpec` of an on-policy SB3 model's current hyper-parameters."""
+    """The :class:`LossSpec` of an on-policy SB3 model's current hyper-parameters.
+
+    A model whose class declares ``loss_algo`` (the project's ``Reinforce``) is taken at its word; otherwise
+    PPO and A2C by class."""
     from stable_baselines3 import A2C, PPO
 
-    from gradleak_bench.victims.reinforce import Reinforce
-
-    algo = "reinforce" if isinstance(model, Reinforce) else "ppo" if isinstance(model, PPO) else "a2c"
     if not isinstance(model, (PPO, A2C)):
         raise TypeError(f"live capture supports on-policy SB3 models (PPO, A2C, REINFORCE), not {type(model).__name__}")
+    algo = getattr(model, "loss_algo", None) or ("ppo" if isinstance(model, PPO) else "a2c")
     clip = model.clip_range(model._current_progress_remaining) if algo == "ppo" else 0.2
     normalise = "episode" if getattr(model, "normalize_advantage", False) else "none"
     return LossSpec(algo=algo, gamma=model.gamma, gae_lambda=model.gae_lambda, ent_coef=float(model.ent_coef),
@@ -61,34 +62,17 @@ class RolloutGradientCallback(BaseCallback):
 
     def _on_rollout_end(self) -> None:
         buffer = self.model.rollout_buffer
-        loss = loss_spec_of(self.model)
-        n = buffer.buffer_size * buffer.n_envs
-        # (n_steps, n_envs, ...) -> (n_envs * n_steps, ...) in SB3's own swap_and_flatten order.
-        flat = lambda a: buffer.swap_and_flatten(a)  # noqa: E731
-        obs_np = {k: flat(v) for k, v in buffer.observations.items()} if isinstance(buffer.observations, dict) \
-            else flat(buffer.observations)
-        from stable_baselines3.common.utils import obs_as_tensor
-
-        advantages = torch.as_tensor(flat(buffer.advantages).reshape(n))
-        if loss.advantage_normalization != "none" and n > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        inputs = LossInputs(
-            obs=obs_as_tensor(obs_np, self.model.device),
-            actions=torch.as_tensor(flat(buffer.actions).reshape(n)).long(),
-            advantages=advantages.float(),
-            returns=torch.as_tensor(flat(buffer.returns).reshape(n)).float(),
-            old_log_prob=torch.as_tensor(flat(buffer.log_probs).reshape(n)).float(),
-        )
-        grads = PerSampleGradients(self.model.policy, loss)(inputs)
+        inputs = rollout_inputs(self.model)
+        grads = PerSampleGradients(self.model.policy, loss_spec_of(self.model))(inputs)
+        values = buffer.swap_and_flatten(buffer.values).reshape(inputs.batch_size)
         truth = {"action": inputs.actions.numpy(), "advantage": inputs.advantages.numpy(),
-                 "return": inputs.returns.numpy(), "value": flat(buffer.values).reshape(n),
-                 "log_prob": inputs.old_log_prob.numpy()}
+                 "return": inputs.returns.numpy(), "value": values, "log_prob": inputs.old_log_prob.numpy()}
         steps_per_env = buffer.buffer_size
         records = [
             StepRecord(episode_id=f"rollout-{self.rollouts:05d}-env{i // steps_per_env}", t=i % steps_per_env,
                        gradient={k: v[i] for k, v in grads.items()},
                        truth={k: np.asarray(v[i]) for k, v in truth.items()})
-            for i in range(n)
+            for i in range(inputs.batch_size)
         ]
         self.rollouts += 1
         self.on_records(records)

@@ -2,13 +2,14 @@
 
 The per-sample gradient of a sample is what SB3's own ``train()`` puts in ``.grad`` for a minibatch that
 holds only that sample, before gradient-norm clipping (clipping is a defense, not part of the loss). The
-engine reproduces each algorithm's loss line by line on a batch of one, and vectorises it over the batch
-with :mod:`torch.func` (``vmap`` of ``grad``), so row ``i`` of every output equals SB3's gradient on
-sample ``i`` alone. ``tests/test_gradient_exactness.py`` checks this against ``model.train()`` itself.
+engine takes each algorithm's loss from :mod:`gradleak_bench.stream.losses` (written once, for a batch of
+per-sample losses), runs it on a batch of one, and vectorises that over the batch with :mod:`torch.func`
+(``vmap`` of ``grad``), so row ``i`` of every output equals SB3's gradient on sample ``i`` alone.
+``tests/test_gradient_exactness.py`` checks this against ``model.train()`` itself.
 
 A faster path (:class:`_LayerwiseEngine`) computes the same gradients from one batched backward pass and
 per-layer outer products, for policies built only from ``Linear`` and ``Conv2d`` layers; it is used only
-where it applies and is tested to agree with the ``vmap`` path.
+where it applies and is tested to agree with the ``vmap`` path. Both paths read the same loss definitions.
 """
 from __future__ import annotations
 
@@ -18,22 +19,15 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from gradleak_bench.records import LossSpec
+from gradleak_bench.stream.losses import INPUT_FIELDS, LOSSES, LossFn, one_sample_loss
 
 ALGOS = ("ppo", "a2c", "dqn", "reinforce")
-
-# Which optional LossInputs fields each algorithm's loss reads (old_log_prob is optional for PPO).
-_REQUIRED_FIELDS = {
-    "ppo": ("advantages", "returns"),
-    "a2c": ("advantages", "returns"),
-    "reinforce": ("returns",),
-    "dqn": ("q_targets",),
-}
-_OPTIONAL_FIELDS = {"ppo": ("old_log_prob",), "a2c": (), "reinforce": (), "dqn": ()}
 
 Obs = torch.Tensor | Mapping[str, torch.Tensor]
 
@@ -45,12 +39,15 @@ class LossInputs:
     Attributes:
         obs: What ``policy.obs_to_tensor(np_obs)[0]`` returns: batch-first, channel-first images (uint8 or
             float; SB3's preprocessing scales them), or a dict of such tensors for ``Dict`` spaces.
-        actions: ``(B,)`` int64 discrete actions.
-        advantages: ``(B,)`` advantages as the loss uses them (PPO, A2C).
+        actions: ``(B,)`` int64 discrete actions, or ``(B, d)`` float actions for a ``Box`` action space
+            (PPO's unclipped Gaussian sample, SAC's executed squashed action).
+        advantages: ``(B,)`` advantages as the loss uses them (PPO, A2C), already normalised where the loss
+            spec asks for it (:func:`~gradleak_bench.stream.targets.normalise_advantages`).
         returns: ``(B,)`` value targets (PPO, A2C) or Monte-Carlo returns (REINFORCE).
         old_log_prob: ``(B,)`` PPO behaviour log-probabilities; ``None`` means the current ones (ratio 1,
             as at the capture checkpoint).
-        q_targets: ``(B,)`` DQN TD targets, computed beforehand with the target network.
+        q_targets: ``(B,)`` DQN / SAC TD targets, computed beforehand with the target network.
+        noise: ``(B, d)`` SAC standard-normal draws of the actor loss's reparameterised action.
     """
 
     obs: Obs
@@ -59,6 +56,7 @@ class LossInputs:
     returns: torch.Tensor | None = None
     old_log_prob: torch.Tensor | None = None
     q_targets: torch.Tensor | None = None
+    noise: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -80,92 +78,42 @@ def distribution_validation_off() -> Iterator[None]:
         torch.distributions.Distribution.set_default_validate_args(previous)
 
 
-def _add_batch_dim(obs: Obs) -> Obs:
-    """One sample -> a minibatch of one, the shape SB3's networks expect."""
-    if isinstance(obs, Mapping):
-        return {key: value.unsqueeze(0) for key, value in obs.items()}
-    return obs.unsqueeze(0)
-
-
-# --- SB3's losses on a minibatch of one, transcribed from {ppo,a2c,dqn}.py train() ------------------
-
-def _ppo_loss(policy: nn.Module, spec: LossSpec, s: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """``PPO.train`` (no value clipping; advantage normalisation is skipped for a minibatch of one)."""
-    values, log_prob, entropy = policy.evaluate_actions(_add_batch_dim(s["obs"]), s["actions"].reshape(1))
-    values = values.flatten()
-    advantages = s["advantages"].reshape(1)
-    # old_log_prob absent: the rollout buffer's constant copy of the current log-prob (ratio 1).
-    old_log_prob = s["old_log_prob"].reshape(1) if "old_log_prob" in s else log_prob.detach()
-    ratio = torch.exp(log_prob - old_log_prob)
-    policy_loss_1 = advantages * ratio
-    policy_loss_2 = advantages * torch.clamp(ratio, 1 - spec.clip_range, 1 + spec.clip_range)
-    policy_loss = -torch.min(policy_loss_1, policy_loss_2).mean()
-    value_loss = F.mse_loss(s["returns"].reshape(1), values)
-    entropy_loss = -torch.mean(-log_prob) if entropy is None else -torch.mean(entropy)
-    return policy_loss + spec.ent_coef * entropy_loss + spec.vf_coef * value_loss
-
-
-def _a2c_loss(policy: nn.Module, spec: LossSpec, s: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """``A2C.train`` with the advantage used as given."""
-    values, log_prob, entropy = policy.evaluate_actions(_add_batch_dim(s["obs"]), s["actions"].reshape(1))
-    values = values.flatten()
-    policy_loss = -(s["advantages"].reshape(1) * log_prob).mean()
-    value_loss = F.mse_loss(s["returns"].reshape(1), values)
-    entropy_loss = -torch.mean(-log_prob) if entropy is None else -torch.mean(entropy)
-    return policy_loss + spec.ent_coef * entropy_loss + spec.vf_coef * value_loss
-
-
-def _reinforce_loss(policy: nn.Module, spec: LossSpec, s: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """``Reinforce.train``: Monte-Carlo return as the weight, no value loss."""
-    _, log_prob, entropy = policy.evaluate_actions(_add_batch_dim(s["obs"]), s["actions"].reshape(1))
-    entropy_mean = torch.mean(-log_prob) if entropy is None else entropy.mean()
-    return -(s["returns"].reshape(1) * log_prob).mean() - spec.ent_coef * entropy_mean
-
-
-def _dqn_loss(policy: nn.Module, spec: LossSpec, s: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """``DQN.train`` given the TD target (SB3 computes it under ``no_grad`` from the target network)."""
-    current_q_values = policy.q_net(_add_batch_dim(s["obs"]))
-    current_q_values = torch.gather(current_q_values, dim=1, index=s["actions"].reshape(1, 1).long())
-    return F.smooth_l1_loss(current_q_values, s["q_targets"].reshape(1, 1))
-
-
-_LOSSES: dict[str, Callable[[nn.Module, LossSpec, Mapping[str, torch.Tensor]], torch.Tensor]] = {
-    "ppo": _ppo_loss, "a2c": _a2c_loss, "reinforce": _reinforce_loss, "dqn": _dqn_loss,
-}
-
-
 class _SampleLoss(nn.Module):
     """Holds the policy as a submodule so ``functional_call`` can run any of its methods, not only
     ``forward``; parameter names therefore carry a ``policy.`` prefix inside the engine."""
 
-    def __init__(self, policy: nn.Module, spec: LossSpec):
+    def __init__(self, policy: nn.Module, spec: LossSpec, fn: LossFn):
         super().__init__()
         self.policy = policy
         self.spec = spec
-        self._loss = _LOSSES[spec.algo]
+        self.fn = fn
 
     def forward(self, sample: Mapping[str, Obs], batched: bool = False) -> torch.Tensor:
         """One sample's loss (``vmap`` path), or with ``batched`` the ``(B,)`` losses of a whole batch,
         each equal to that sample's own loss (layer-wise path)."""
         if batched:
-            return _BATCH_LOSSES[self.spec.algo](self.policy, self.spec, sample)
-        return self._loss(self.policy, self.spec, sample)
+            return self.fn(self.policy, self.spec, sample)
+        return one_sample_loss(self.fn, self.policy, self.spec, sample)
+
+
+def _names_with_prefixes(policy: nn.Module, prefixes: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(name for name, _ in policy.named_parameters() if any(name.startswith(p) for p in prefixes)
+                 and not name.startswith("critic_target."))
 
 
 def trained_parameter_names(policy: nn.Module, algo: str) -> tuple[str, ...]:
-    """Names of the parameters the algorithm's optimiser trains, in ``named_parameters()`` order.
+    """Names of the parameters the algorithm's optimisers train, in ``named_parameters()`` order.
 
     Args:
         policy: An SB3 policy.
-        algo: One of :data:`ALGOS`.
+        algo: A key of :data:`~gradleak_bench.stream.losses.LOSSES`.
 
     Returns:
-        For DQN the ``q_net.*`` parameters (the target network is copied, not trained); otherwise all.
+        For DQN the ``q_net.*`` parameters (the target network is copied, not trained), for SAC ``actor.*``
+        and ``critic.*``; otherwise all.
     """
-    names = tuple(name for name, _ in policy.named_parameters())
-    if algo == "dqn":
-        names = tuple(name for name in names if name.startswith("q_net."))
-    return names
+    prefixes = tuple(p for _, part in LOSSES[algo] for p in part)
+    return _names_with_prefixes(policy, prefixes)
 
 
 def _check_supported(policy: nn.Module) -> None:
@@ -201,18 +149,23 @@ class PerSampleGradients:
             once per forward pass); it gives the same gradients as the ``vmap`` path, faster.
     """
 
+    algos: tuple[str, ...] = ALGOS
+
     def __init__(self, policy: BasePolicy, loss: LossSpec, chunk_size: int | None = None, fast: bool = True):
-        if loss.algo not in ALGOS:
-            raise ValueError(f"unknown loss algo {loss.algo!r}; expected one of {', '.join(ALGOS)}.")
+        if loss.algo not in self.algos:
+            raise ValueError(f"unknown loss algo {loss.algo!r}; expected one of {', '.join(self.algos)}.")
         _check_supported(policy)
         self.policy = policy
         self.loss = loss
         self.chunk_size = chunk_size
-        self._module = _SampleLoss(policy, loss)
+        # One (loss module, trained names) per optimiser: SAC steps two, every other algorithm one.
+        self._parts = [(_SampleLoss(policy, loss, fn), _names_with_prefixes(policy, prefixes))
+                       for fn, prefixes in LOSSES[loss.algo]]
         self._names = trained_parameter_names(policy, loss.algo)
         params = dict(policy.named_parameters())
         self._shapes = {name: tuple(params[name].shape) for name in self._names}
-        self._fast = _make_layerwise(self._module, self._names) if fast else None
+        single = len(self._parts) == 1
+        self._fast = _make_layerwise(self._parts[0][0], self._names) if fast and single else None
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -300,12 +253,12 @@ class PerSampleGradients:
         """``(B,)`` loss of each sample alone (the value whose gradient :meth:`__call__` returns)."""
         samples = self._samples(inputs)
         params = self._detached_params()
-
-        def one(sample: Mapping[str, torch.Tensor]) -> torch.Tensor:
-            return functional_call(self._module, params, (sample,), tie_weights=False)
-
+        columns = []
         with torch.no_grad(), distribution_validation_off():
-            return vmap(one, chunk_size=self.chunk_size)(samples)
+            for module, _ in self._parts:
+                one = lambda sample, m=module: functional_call(m, params, (sample,), tie_weights=False)  # noqa: E731
+                columns.append(vmap(one, chunk_size=self.chunk_size)(samples))
+        return columns[0] if len(columns) == 1 else torch.stack(columns, dim=1)
 
     # -- internals ------------------------------------------------------------------------------------
 
@@ -339,35 +292,53 @@ class PerSampleGradients:
         return {f"policy.{name}": p.detach() for name, p in self.policy.named_parameters()}
 
     def _vmap_grads(self, samples: dict[str, Obs]) -> dict[str, torch.Tensor]:
+        grads: dict[str, torch.Tensor] = {}
+        for module, names in self._parts:
+            grads.update(self._part_grads(module, names, samples))
+        return {name: grads[name] for name in self._names}
+
+    def _part_grads(self, module: _SampleLoss, names: tuple[str, ...], samples: dict[str, Obs]) -> dict[str, torch.Tensor]:
         frozen = self._detached_params()
-        trained = {f"policy.{name}": frozen.pop(f"policy.{name}") for name in self._names}
+        trained = {f"policy.{name}": frozen.pop(f"policy.{name}") for name in names}
 
         def loss_of(trained_params: dict[str, torch.Tensor], sample: Mapping[str, torch.Tensor]) -> torch.Tensor:
             # tie_weights=False: SB3 registers one shared extractor under several names; only the names in
             # named_parameters() are passed and the shared module object carries them to every alias.
-            return functional_call(self._module, {**frozen, **trained_params}, (sample,), tie_weights=False)
+            return functional_call(module, {**frozen, **trained_params}, (sample,), tie_weights=False)
 
         with distribution_validation_off():
             per_sample = vmap(grad(loss_of), in_dims=(None, 0), chunk_size=self.chunk_size)(trained, samples)
-        return {name: per_sample[f"policy.{name}"].float() for name in self._names}
+        return {name: per_sample[f"policy.{name}"].float() for name in names}
 
     def _samples(self, inputs: LossInputs) -> dict[str, Obs]:
         """Validate the batch and pack the fields this algorithm reads into one pytree for ``vmap``."""
         algo = self.loss.algo
         batch = inputs.batch_size
-        if inputs.actions.ndim != 1:
-            raise ValueError(f"actions must have shape (B,), got {tuple(inputs.actions.shape)}.")
-        samples: dict[str, Obs] = {"obs": _check_obs(inputs.obs, batch), "actions": inputs.actions.long()}
-        for field in _REQUIRED_FIELDS[algo] + _OPTIONAL_FIELDS[algo]:
+        samples: dict[str, Obs] = {"obs": _check_obs(inputs.obs, batch), "actions": self._actions(inputs.actions)}
+        required, optional = INPUT_FIELDS[algo]
+        for field in required + optional:
             value = getattr(inputs, field)
             if value is None:
-                if field in _REQUIRED_FIELDS[algo]:
+                if field in required:
                     raise ValueError(f"the {algo} loss needs LossInputs.{field}, which is None.")
                 continue
-            if tuple(value.shape) != (batch,):
-                raise ValueError(f"LossInputs.{field} must have shape ({batch},), got {tuple(value.shape)}.")
+            expected = tuple(inputs.actions.shape) if field == "noise" else (batch,)
+            if tuple(value.shape) != expected:
+                raise ValueError(f"LossInputs.{field} must have shape {expected}, got {tuple(value.shape)}.")
             samples[field] = value.float()
         return samples
+
+    def _actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` int64 for a discrete policy, ``(B, d)`` float32 for a ``Box`` one."""
+        space = getattr(self.policy, "action_space", None)
+        if isinstance(space, spaces.Box):
+            dim = int(space.shape[0])
+            if actions.ndim != 2 or actions.shape[1] != dim:
+                raise ValueError(f"actions must have shape (B, {dim}), got {tuple(actions.shape)}.")
+            return actions.float()
+        if actions.ndim != 1:
+            raise ValueError(f"actions must have shape (B,), got {tuple(actions.shape)}.")
+        return actions.long()
 
 
 def _slice_rows(tree: Mapping[str, Obs], start: int, stop: int) -> dict[str, Obs]:
@@ -396,46 +367,6 @@ def _check_obs(obs: Obs, batch: int) -> Obs:
 # layer outputs therefore gives every per-sample output gradient g_i; a Linear layer's per-sample weight
 # gradient is then the outer product g_i a_i^T of its input a_i, and a Conv2d's is the same over unfolded
 # patches. Only the per-layer products are per-sample, so this costs little more than one backward.
-
-def _ppo_losses(policy: nn.Module, spec: LossSpec, s: Mapping[str, Obs]) -> torch.Tensor:
-    """``(B,)`` per-sample :func:`_ppo_loss` values from one batched forward pass."""
-    values, log_prob, entropy = policy.evaluate_actions(s["obs"], s["actions"])
-    values = values.flatten()
-    advantages = s["advantages"]
-    old_log_prob = s["old_log_prob"] if "old_log_prob" in s else log_prob.detach()
-    ratio = torch.exp(log_prob - old_log_prob)
-    policy_loss_1 = advantages * ratio
-    policy_loss_2 = advantages * torch.clamp(ratio, 1 - spec.clip_range, 1 + spec.clip_range)
-    policy_loss = -torch.min(policy_loss_1, policy_loss_2)
-    value_loss = F.mse_loss(s["returns"], values, reduction="none")
-    entropy_loss = log_prob if entropy is None else -entropy
-    return policy_loss + spec.ent_coef * entropy_loss + spec.vf_coef * value_loss
-
-
-def _a2c_losses(policy: nn.Module, spec: LossSpec, s: Mapping[str, Obs]) -> torch.Tensor:
-    """``(B,)`` per-sample :func:`_a2c_loss` values from one batched forward pass."""
-    values, log_prob, entropy = policy.evaluate_actions(s["obs"], s["actions"])
-    values = values.flatten()
-    value_loss = F.mse_loss(s["returns"], values, reduction="none")
-    entropy_loss = log_prob if entropy is None else -entropy
-    return -(s["advantages"] * log_prob) + spec.ent_coef * entropy_loss + spec.vf_coef * value_loss
-
-
-def _reinforce_losses(policy: nn.Module, spec: LossSpec, s: Mapping[str, Obs]) -> torch.Tensor:
-    """``(B,)`` per-sample :func:`_reinforce_loss` values from one batched forward pass."""
-    _, log_prob, entropy = policy.evaluate_actions(s["obs"], s["actions"])
-    entropy_term = -log_prob if entropy is None else entropy
-    return -(s["returns"] * log_prob) - spec.ent_coef * entropy_term
-
-
-def _dqn_losses(policy: nn.Module, spec: LossSpec, s: Mapping[str, Obs]) -> torch.Tensor:
-    """``(B,)`` per-sample :func:`_dqn_loss` values from one batched forward pass."""
-    q_values = torch.gather(policy.q_net(s["obs"]), dim=1, index=s["actions"].reshape(-1, 1))
-    return F.smooth_l1_loss(q_values, s["q_targets"].reshape(-1, 1), reduction="none").flatten()
-
-
-_BATCH_LOSSES = {"ppo": _ppo_losses, "a2c": _a2c_losses, "reinforce": _reinforce_losses, "dqn": _dqn_losses}
-
 
 class _NotLayerwise(Exception):
     """The forward pass did something the layer-wise path cannot differentiate per sample."""

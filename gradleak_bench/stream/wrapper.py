@@ -25,8 +25,8 @@ import numpy as np
 
 from gradleak_bench.records import Episode, LossSpec, StepRecord
 from gradleak_bench.stream.replay import EpisodeGradients
+from gradleak_bench.stream.targets import loss_targets, stack_obs
 from gradleak_bench.tasks import step_truth
-from gradleak_bench.victims.targets import loss_targets, stack_obs
 
 
 def _task_fields(env: gym.Env) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -55,13 +55,19 @@ class GradientStreamWrapper(gym.Wrapper):
         segment_length: close a segment every so many steps (the value bootstraps the rest), or only at
             episode end when None.
         on_records: called with the records of every closed segment.
+        population_std: standardise PPO advantages with the population std, as the ``trace-windows`` data
+            protocol (and the public TRACE code) does, instead of SB3's unbiased std.
+
+    A segment is the unit of its targets: GAE bootstraps from the value after it, and its advantages are
+    standardised over it when the loss spec asks, as SB3 does over a rollout (a one-step segment is left as
+    it is, as SB3 leaves a one-sample minibatch; docs/gradient-stream.md, "One builder of loss inputs").
 
     The records of a closed segment are in ``info["gradient_records"]`` of the step that closed it and in
     :attr:`records` (all records since the last ``reset`` of the list by the user).
     """
 
     def __init__(self, env: gym.Env, victim: Any, loss: LossSpec | None = None, segment_length: int | None = None,
-                 on_records: Callable[[list[StepRecord]], None] | None = None):
+                 on_records: Callable[[list[StepRecord]], None] | None = None, population_std: bool = False):
         super().__init__(env)
         policy = getattr(victim, "policy", victim)
         loss = loss or getattr(getattr(victim, "spec", None), "loss", None)
@@ -71,6 +77,7 @@ class GradientStreamWrapper(gym.Wrapper):
         self.gradients = EpisodeGradients(policy, loss, env.observation_space)
         self.fields = _task_fields(env)
         self.segment_length, self.on_records = segment_length, on_records
+        self.population_std = population_std
         self.records: list[StepRecord] = []
         self._episode = -1
         self._segment: list[dict[str, Any]] = []
@@ -102,7 +109,7 @@ class GradientStreamWrapper(gym.Wrapper):
     def _close_segment(self, last_obs: Any, terminated: bool) -> list[StepRecord]:
         steps = {k: np.stack([s[k] for s in self._segment]) for k in self._segment[0]}
         steps.update(loss_targets(self.policy, self.loss, stack_obs(self._observations), steps["action"],
-                                  steps["reward"], terminated, last_obs))
+                                  steps["reward"], terminated, last_obs, population_std=self.population_std))
         first_t = self._t - len(self._segment)
         episode_id = f"live-{self._episode:05d}"
         layout = int(self._info.get("layout_id", -1))

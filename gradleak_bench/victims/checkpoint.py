@@ -20,7 +20,8 @@ from stable_baselines3.common.policies import BasePolicy
 
 from gradleak_bench.errors import CorruptFileError, GradleakError
 from gradleak_bench.paths import atomic_write_bytes, cache_dir
-from gradleak_bench.victims.policies import build_policy
+from gradleak_bench.records import VictimInfo
+from gradleak_bench.victims.policies import build_policy, env_spaces
 from gradleak_bench.victims.zoo import VictimSpec, check_checkpoint, get_victim
 
 
@@ -34,6 +35,24 @@ class LoadedVictim:
     @property
     def checkpoint_id(self) -> str:
         return f"{self.spec.task}/{self.spec.name}/{self.checkpoint}"
+
+
+def attacker_copy(victim: LoadedVictim) -> torch.nn.Module:
+    """The attacker's own copy of the victim policy: rebuilt from the spec and loaded with the capture
+    parameters (a deepcopy fails once SB3 has cached a distribution with grad history in the policy)."""
+    policy = build_policy(victim.spec)
+    policy.load_state_dict(victim.policy.state_dict())
+    return policy.eval()
+
+
+def victim_info(victim: LoadedVictim, gradients: Any) -> VictimInfo:
+    """The public info of ``victim`` with a fresh policy copy; ``gradients`` gives the released parameter shapes."""
+    obs_space, action_space = env_spaces(victim.spec.task, victim.spec.image_size)
+    return VictimInfo(
+        task=victim.spec.task, victim=victim.spec.name, checkpoint=victim.checkpoint, loss=victim.spec.loss,
+        policy=attacker_copy(victim), observation_space=obs_space, action_space=action_space,
+        gradient_shapes=gradients.param_shapes, n_actions=int(action_space.n),
+    )
 
 
 def packaged_dir(spec: VictimSpec) -> Path:

@@ -16,8 +16,7 @@ import torch
 
 from gradleak_bench.records import Episode
 from gradleak_bench.tasks import get_task, step_truth
-from gradleak_bench.victims.continuous_targets import continuous_loss_targets
-from gradleak_bench.victims.targets import stack_obs
+from gradleak_bench.stream.targets import loss_targets, stack_obs
 
 
 class ContinuousActor:
@@ -67,6 +66,6 @@ def rollout(victim: Any, env: gym.Env, layout_id: int, seed: int, max_steps: int
         if terminated or truncated:
             break
     steps = {k: np.stack([row[k] for row in rows]) for k in rows[0]}
-    steps.update(continuous_loss_targets(victim.policy, victim.spec.loss, stack_obs(observations), steps["action"],
-                                         steps["reward"], bool(terminated), obs, rng))
+    steps.update(loss_targets(victim.policy, victim.spec.loss, stack_obs(observations), steps["action"],
+                              steps["reward"], bool(terminated), obs, rng=rng))
     return Episode(f"{task.name}-{layout_id}-{seed}", task.name, int(layout_id), int(seed), steps)

@@ -57,6 +57,7 @@ from gradleak_bench.errors import DefenseDeclarationError, GradleakError, Invali
 from gradleak_bench.hooks import ActionPrivate, Checks, DifferentiallyPrivate, ReportsActions
 from gradleak_bench.paths import atomic_write_bytes, cache_dir
 from gradleak_bench.records import GradientStream, LossSpec
+from gradleak_bench.stream.inputs import minibatch_inputs
 from gradleak_bench.stream.live import loss_spec_of
 from gradleak_bench.stream.per_sample import LossInputs, MeanLossCapture, PerSampleGradients, trained_parameter_names
 from gradleak_bench.victims.checkpoint import cached_dir, read_meta, save_checkpoint
@@ -176,22 +177,6 @@ class DefendedUpdates:
             self._engines[spec] = PerSampleGradients(self.model.policy, spec)
         return self._engines[spec]
 
-    def _loss_inputs(self, samples: Any, algo: str) -> LossInputs:
-        model = self.model
-        actions = samples.actions.long().flatten()
-        if self.on_policy:
-            advantages = samples.advantages
-            # As PPO.train / A2C.train: per-minibatch normalisation when the model asks for it.
-            if getattr(model, "normalize_advantage", False) and len(advantages) > 1:
-                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-            return LossInputs(obs=samples.observations, actions=actions, advantages=advantages,
-                              returns=samples.returns, old_log_prob=samples.old_log_prob if algo == "ppo" else None)
-        with torch.no_grad():  # DQN.train's TD target, from the target network
-            next_q = model.q_net_target(samples.next_observations).max(dim=1).values.reshape(-1, 1)
-            discounts = samples.discounts if getattr(samples, "discounts", None) is not None else model.gamma
-            targets = samples.rewards + (1 - samples.dones) * discounts * next_q
-        return LossInputs(obs=samples.observations, actions=actions, q_targets=targets.flatten())
-
     def _replace_gradients(self) -> None:
         samples, self._minibatch = self._minibatch, None
         if samples is None:
@@ -206,7 +191,7 @@ class DefendedUpdates:
             if self._capture is not None else None  # before any engine pass: the hooks see those too
         literal = None
         if self.path == "per_sample" or self.verify:
-            inputs = self._loss_inputs(samples, spec.algo)
+            inputs = minibatch_inputs(self.model, samples, spec.algo)
             literal = literal_update(self.defense, engine, inputs, copy.deepcopy(rng))
             if self.verify:
                 self._record_sb3_error(literal, params)
@@ -218,7 +203,7 @@ class DefendedUpdates:
             updates = cheap_update(self.defense, mean, engine.param_shapes, batch, rng)
         else:
             _, mean = observed if observed is not None else \
-                engine.norms_and_weighted_mean(self._loss_inputs(samples, spec.algo), self.defense.clip_factors)
+                engine.norms_and_weighted_mean(minibatch_inputs(self.model, samples, spec.algo), self.defense.clip_factors)
             updates = cheap_update(self.defense, mean, engine.param_shapes, batch, rng)
             self.observed_steps += observed is not None
         if self.verify and self.path != "per_sample":
@@ -475,9 +460,8 @@ def train_defense(defense: str, params: dict[str, Any] | None = None, task: str 
 
 
 def _public_info(spec: VictimSpec) -> Any:
-    from gradleak_bench.runner import victim_info
     from gradleak_bench.stream.replay import EpisodeGradients
-    from gradleak_bench.victims.checkpoint import load_victim
+    from gradleak_bench.victims.checkpoint import load_victim, victim_info
     from gradleak_bench.victims.policies import env_spaces
 
     loaded = load_victim(spec.task, spec.name, "init")

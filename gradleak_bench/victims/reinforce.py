@@ -3,7 +3,7 @@
 :class:`Reinforce` is an :class:`~stable_baselines3.A2C` whose update weights the log-probability by the
 Monte-Carlo return of the whole episode instead of the advantage and trains no value function. Its rollouts
 hold finished episodes only (a step waits until its episode ends), so no return is ever bootstrapped from the
-value head it never trains -- the same return :func:`gradleak_bench.victims.targets.loss_targets` gives the
+value head it never trains -- the same return :func:`gradleak_bench.stream.targets.loss_targets` gives the
 held-out episodes. Everything else (``learn``, ``save``/``load``, the optimiser step, the rollout buffer
 ``train`` reads) is A2C's, so the engine in :mod:`gradleak_bench.stream.per_sample` and the exactness tests
 drive it like any SB3 algorithm.
@@ -21,7 +21,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
-from gradleak_bench.victims.targets import discounted_returns
+from gradleak_bench.stream.targets import discounted_returns
 
 MAX_EPISODE_STEPS = 10_000  # a running episode is held in memory until it ends
 
@@ -41,6 +41,9 @@ class Reinforce(A2C):
         gae_lambda: Must be 1 (the default); anything else is not REINFORCE.
         **kwargs: As :class:`~stable_baselines3.A2C`.
     """
+
+    # Read by the stream (``stream.live.loss_spec_of``), which sits below the victims and cannot import this class.
+    loss_algo = "reinforce"
 
     def __init__(self, *args: Any, gae_lambda: float = 1.0, **kwargs: Any):
         if gae_lambda != 1.0:
