@@ -53,7 +53,7 @@ def _global_options(
 @app.command("list")
 def list_() -> None:
     """Show the tasks, victims and checkpoints, attacks, defenses and metrics you can use."""
-    from gradleak_bench import plugins
+    from gradleak_bench import plugins, registry
     from gradleak_bench.metrics import all_metrics
     from gradleak_bench.tasks import TASKS
     from gradleak_bench.victims.checkpoint import find_checkpoint
@@ -81,8 +81,10 @@ def list_() -> None:
         table.add_column("name")
         table.add_column("what it does")
         for spec in plugins.installed(kind).values():
-            table.add_row(spec.name, spec.summary)
+            table.add_row(spec.name, spec.summary())
         console.print(table)
+        for spec in registry.shadowed(kind):  # a built-in name is never shadowed: say which one was ignored
+            console.print(f"ignored: {kind} entry point {spec.name!r} of {spec.distribution} (a built-in has that name)")
 
     table = Table(title="metrics (scored when an attack reconstructs the field)")
     for col in ("metric", "field", "better", "description"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import Any
 
 
 class GradleakError(Exception):
@@ -95,3 +96,29 @@ class RunStateError(GradleakError):
 class CodeBindingError(GradleakError):
     """A leaderboard entry's code binding (registered name, entry point, shipped file + sha256) that does not
     resolve to exactly the code it names."""
+
+
+class AttackNotApplicableError(GradleakError):
+    """An attack that does not apply to the victim: its ``supports(victim)`` gave a reason. The run stops with
+    it; a grid skips the cell (a question with no answer, not a failure)."""
+
+
+# The sealed plug-in process (gradleak_bench/run/sandbox.py) reports through these.
+
+class SealingUnavailableError(GradleakError):
+    """A sealed run was asked for where no isolation is available."""
+
+
+class PluginFailure(GradleakError):
+    """A plug-in raised (or called ``sys.exit``) while handling one request; its process is still alive."""
+
+    def __init__(self, op: str, reply: dict[str, Any]):
+        self.op, self.type = op, str(reply.get("type", "Error"))
+        self.is_gradleak = bool(reply.get("gradleak"))
+        self.message = str(reply.get("error", ""))[:2000]
+        self.where = str(reply.get("where", ""))[:500]
+        super().__init__(self.message if self.is_gradleak else f"{self.type}: {self.message}{self.where}")
+
+
+class PluginCrashed(PluginContractError):
+    """The plug-in's process exited (``os._exit``, a segfault, killed): the run stops, finished rows are kept."""

@@ -2,9 +2,9 @@
 
 An attack or defense is referred to by
 
-* a registered name (``closed_form``, ``gaussian_noise``): the built-in registry below;
-* the name of an installed package's entry point in the group ``gradleak_bench.attacks`` /
-  ``gradleak_bench.defenses``;
+* a name: a built-in (``closed_form``, ``gaussian_noise``: gradleak-bench's own entry points), an installed
+  package's entry point in the group ``gradleak_bench.attacks`` / ``gradleak_bench.defenses``, or a run-time
+  registration; :mod:`gradleak_bench.registry` finds them, and a built-in name is never shadowed;
 * ``module:Class`` (an importable module);
 * ``path/to/my_attack.py:MyAttack`` (a file).
 
@@ -16,19 +16,15 @@ The threat model is in the signatures: :meth:`Attack.reconstruct` receives an
 """
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
-import importlib.util
 import inspect
-import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from gradleak_bench.errors import PluginLoadError, UnknownNameError
+from gradleak_bench import registry
+from gradleak_bench.errors import PluginLoadError
+from gradleak_bench.hooks import AttackBase, DefenseBase  # noqa: F401  part of the plug-in API
 from gradleak_bench.records import GradientStream, ObservedEpisode, Reconstruction, VictimInfo
 
 
@@ -43,10 +39,11 @@ class Attack(Protocol):
             (``"trace-windows"`` for TRACE; absent: ``"first8"``; docs/tasks.md, "Data protocols"). Read
             from the sealed plug-in's description, never by importing it in the scorer.
 
-    Optional methods, called when present:
+    Optional hooks, one typed protocol each (:mod:`gradleak_bench.hooks`; :class:`AttackBase` has the
+    neutral ones), called when the plug-in conforms:
         ``supports(victim) -> str | None``: a reason why the attack does not apply to this victim (the run
         then stops with that message, or a grid skips the cell), or None.
-        ``fit(victim, auxiliary)``: learn from auxiliary episodes the attacker collects itself on the
+        ``fit(victim, auxiliary) -> None``: learn from auxiliary episodes the attacker collects itself on the
         *train* layouts (:class:`AuxiliaryData`, with its own victim copy and gradient engine).
 
     Every attack and defense runs sealed, in its own process (docs/evaluate.md): it gets only these
@@ -67,13 +64,15 @@ class Defense(Protocol):
     run is reproducible. The same ``release`` is applied to the victim's real training updates by
     ``gradleak-bench train-defense`` (there ``T`` is a minibatch in (env, time) order).
 
-    Optional methods, called when present:
+    Optional hooks, one typed protocol each (:mod:`gradleak_bench.hooks`; :class:`DefenseBase` has the
+    neutral one), called when the plug-in conforms:
         ``check(victim) -> None``: raise a :class:`~gradleak_bench.errors.GradleakError` for parameters that
         do not fit this victim (e.g. unknown layer names), before any work starts.
         ``report_actions(actions, n_actions, rng) -> actions``: a client-side perturbation of the action labels
         the gradients are computed for (action obfuscation); the scorer keeps the executed actions.
-        ``epsilon() -> float`` / ``action_epsilon(n_actions) -> float``: a formal guarantee for one released
-        step, recorded in ``results.json``.
+        ``epsilon(sample_rate=None, steps=None) -> float`` (and an attribute ``delta``) /
+        ``action_epsilon(n_actions) -> float``: a formal guarantee, recorded in ``results.json`` (``evaluate``:
+        the defense's own accounting, None, None) and by ``train-defense`` (the training run's rate and steps).
     """
 
     name: ClassVar[str]
@@ -81,18 +80,7 @@ class Defense(Protocol):
     def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream: ...
 
 
-@dataclass(frozen=True)
-class PluginSpec:
-    """A built-in plug-in: its name, its ``module:attribute`` entry point (imported lazily), one line."""
-
-    name: str
-    entry_point: str
-    summary: str
-
-
-ATTACKS: dict[str, PluginSpec] = {}
-DEFENSES: dict[str, PluginSpec] = {}
-_GROUPS = {"attack": ("gradleak_bench.attacks", ATTACKS), "defense": ("gradleak_bench.defenses", DEFENSES)}
+KINDS = ("attack", "defense")
 
 
 def __getattr__(name: str) -> Any:
@@ -100,57 +88,15 @@ def __getattr__(name: str) -> Any:
         from gradleak_bench.run.auxiliary import AuxiliaryData
 
         return AuxiliaryData
+    if name in ("ATTACKS", "DEFENSES"):  # the built-ins by name (read by leaderboard bindings)
+        return registry.builtin("attack" if name == "ATTACKS" else "defense")
     raise AttributeError(name)
 
 
-def register(kind: str, name: str, entry_point: str, summary: str) -> None:
-    """Register a built-in plug-in (``kind`` is ``attack`` or ``defense``)."""
-    _GROUPS[kind][1][name] = PluginSpec(name, entry_point, summary)
-
-
-def installed(kind: str) -> dict[str, PluginSpec]:
-    """Built-in plus entry-point plug-ins of a kind."""
-    group, builtin = _GROUPS[kind]
-    found = dict(builtin)
-    for ep in importlib.metadata.entry_points(group=group):
-        found.setdefault(ep.name, PluginSpec(ep.name, ep.value, f"from package {ep.dist.name if ep.dist else '?'}"))
-    return found
-
-
-def _import_attr(reference: str) -> Any:
-    module_name, _, attr = reference.partition(":")
-    if not attr:
-        raise PluginLoadError(f"{reference!r} is not of the form module:Class or path/to/file.py:Class")
-    try:
-        if module_name.endswith(".py") or "/" in module_name or "\\" in module_name:
-            module = _import_file(Path(module_name))
-        else:
-            module = importlib.import_module(module_name)
-    except PluginLoadError:
-        raise
-    except Exception as exc:
-        raise PluginLoadError(
-            f"cannot import plug-in module {module_name!r}: {type(exc).__name__}: {exc}. Fix the error in that "
-            "module (run `python -c 'import ...'` to see the traceback) or check the path."
-        ) from exc
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        names = [n for n in dir(module) if not n.startswith("_")]
-        raise UnknownNameError(f"class in {module_name}", attr, names) from None
-
-
-def _import_file(path: Path) -> Any:
-    if not path.is_file():
-        raise PluginLoadError(f"plug-in file {path} does not exist")
-    module_name = f"gradleak_bench_user_plugin_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise PluginLoadError(f"cannot load {path} as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
+def installed(kind: str) -> dict[str, registry.PluginSpec]:
+    """Every attack or defense by name: built-ins first, then other packages' entry points, then run-time
+    registrations (:mod:`gradleak_bench.registry`, which states the precedence)."""
+    return {name: registry.find(kind, name) for name in registry.names(kind)}
 
 
 def check_plugin_class(kind: str, reference: str, obj: Any) -> type:
@@ -174,15 +120,7 @@ def load(kind: str, reference: str, params: Mapping[str, Any] | None = None) -> 
         >>> plugins.load("defense", "gaussian_noise", {"sigma": 0.01}).name
         'gaussian_noise'
     """
-    import gradleak_bench.baselines  # noqa: F401  registers the built-in plug-ins
-
-    known = installed(kind)
-    if ":" in reference:
-        factory = _import_attr(reference)
-    elif reference in known:
-        factory = _import_attr(known[reference].entry_point)
-    else:
-        raise UnknownNameError(kind, reference, known)
+    factory = registry.resolve(kind, reference)
     check_plugin_class(kind, reference, factory)
     try:
         plugin = factory(**dict(params or {}))

@@ -493,6 +493,9 @@ def headline_summary(*runs: dict) -> str:
     return markdown(header, [row[:2] + [row[2 + i] or "--" for i in keep] for row in rows])
 
 
+ALL_RUNS = CLOSED_FORM_RUNS + INVERSION_RUNS + TRACE_RUNS + TSP_RUNS
+
+
 GRID_POINTNAV = "docs/data/grid_pointnav_closed_form.json"
 GRID_AP = "docs/data/grid_ap_frontier.json"
 
@@ -568,6 +571,10 @@ TABLES: dict[str, Table] = {
     "headline_tsp": Table("docs/tsp.md", TSP_RUNS, headline_tsp),
     "defenses_grid_ap": Table("docs/defenses.md", (GRID_AP,), defenses_grid_ap),
     "headline_inversion": Table("docs/inversion-attacks.md", INVERSION_RUNS, headline_inversion),
+    "headline_trace": Table("docs/trace.md", TRACE_RUNS, headline_trace),
+    "headline_summary": Table("docs/priors.md", ALL_RUNS, headline_summary),
+    "headline_conditions": Table("docs/priors.md", ALL_RUNS, headline_conditions),
+    "defenses_grid_pointnav": Table("docs/defenses.md", (GRID_POINTNAV,), defenses_grid_pointnav),
 }
 
 

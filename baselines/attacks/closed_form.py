@@ -65,6 +65,7 @@ class ClosedFormAction:
     """
 
     name: ClassVar[str] = "closed_form"
+    summary: ClassVar[str] = "actions from the policy head's gradient (TRACE's column-sum theorem, QGI's one-hot bias rule)"
     fields: ClassVar[tuple[str, ...]] = ("action",)
 
     def __init__(self, rule: str = "auto"):

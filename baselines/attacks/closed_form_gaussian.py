@@ -67,6 +67,7 @@ class ClosedFormGaussian:
     """
 
     name: ClassVar[str] = "closed_form_gaussian"
+    summary: ClassVar[str] = "continuous actions in closed form: Gaussian PPO's mean head + log_std, or SAC's first critic layer"
     fields: ClassVar[tuple[str, ...]] = ("action",)
 
     def supports(self, victim: VictimInfo) -> str | None:

@@ -293,6 +293,7 @@ class DeadReckoning:
     """
 
     name: ClassVar[str] = "dead_reckoning"
+    summary: ClassVar[str] = "poses by integrating the closed-form actions with the nominal step sizes, collisions ignored"
     fields: ClassVar[tuple[str, ...]] = ("pose", "action")
 
     def __init__(self, actions: str = "closed_form"):
@@ -337,6 +338,11 @@ class TSP:
     """
 
     name: ClassVar[str] = "tsp"
+    summary: ClassVar[str] = (
+        "Temporal State Propagator: poses from decoupled actions, a learned blocked-move encoder and damped "
+        "RK4 kinematics fit by L-BFGS (params: fit_layouts, damping, yaw_starts, occupancy_weight, "
+        "iterations)"
+    )
     fields: ClassVar[tuple[str, ...]] = ("pose", "action")
 
     def __init__(self, fit_layouts: int = 24, damping: float = 0.35, yaw_starts: int = 8,

@@ -35,6 +35,7 @@ class ActionObfuscation:
     """
 
     name: ClassVar[str] = "action_obfuscation"
+    summary: ClassVar[str] = "client-side randomised response on the reported action label (param: p)"
     needs: ClassVar[str] = "mean"  # release is the identity; the labels change before the loss
 
     def __init__(self, p: float = 0.25):

@@ -50,6 +50,7 @@ class NoDefense:
     """Releases the exact per-step gradients: the reference point of every leakage number."""
 
     name: ClassVar[str] = "none"
+    summary: ClassVar[str] = "release exact gradients"
     needs: ClassVar[str] = "mean"
 
     def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream:
@@ -69,6 +70,7 @@ class GaussianNoise:
     """
 
     name: ClassVar[str] = "gaussian_noise"
+    summary: ClassVar[str] = "add N(0, sigma^2) per coordinate (param: sigma)"
     needs: ClassVar[str] = "mean"
 
     def __init__(self, sigma: float = 1e-2, train_noise: str = "per_sample"):
@@ -98,6 +100,7 @@ class TopK:
     """
 
     name: ClassVar[str] = "topk"
+    summary: ClassVar[str] = "keep the largest `keep` fraction of coordinates per step (param: keep)"
     needs: ClassVar[str] = "per_sample"
 
     def __init__(self, keep: float = 0.1):

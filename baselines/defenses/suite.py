@@ -89,6 +89,7 @@ class ClipNorm:
     """
 
     name: ClassVar[str] = "clip_norm"
+    summary: ClassVar[str] = "clip each step's whole gradient to L2 norm C (param: C)"
     needs: ClassVar[str] = "norms"
 
     def __init__(self, C: float = 1.0):
@@ -125,6 +126,10 @@ class DPSGD:
     """
 
     name: ClassVar[str] = "dp_sgd"
+    summary: ClassVar[str] = (
+        "clip each step to C + N(0, (sigma*C)^2), epsilon from Opacus's RDP accountant (params: C, sigma, "
+        "delta)"
+    )
     needs: ClassVar[str] = "norms"
 
     def __init__(self, C: float = 1.0, sigma: float = 1.0, delta: float = 1e-5, sample_rate: float = 1.0,
@@ -182,6 +187,7 @@ class Quantize:
     """
 
     name: ClassVar[str] = "quantize"
+    summary: ClassVar[str] = "per-step per-tensor uniform quantisation, 1 bit = signSGD-like (params: bits, stochastic)"
     needs: ClassVar[str] = "per_sample"
 
     def __init__(self, bits: int = 8, stochastic: bool = False):
@@ -226,6 +232,7 @@ class TemporalMean:
     """
 
     name: ClassVar[str] = "temporal_mean"
+    summary: ClassVar[str] = "release the mean of each window of k steps, repeated over the window (param: k)"
     # Each window's mean repeated over the window sums to the window's sum: the batch mean is unchanged.
     needs: ClassVar[str] = "mean"
 
@@ -252,6 +259,7 @@ class ShuffleWindow:
     """
 
     name: ClassVar[str] = "shuffle_window"
+    summary: ClassVar[str] = "shuffle step order within windows of k (param: k)"
     needs: ClassVar[str] = "mean"  # a permutation leaves the batch mean unchanged
 
     def __init__(self, k: int = 4):
@@ -282,6 +290,7 @@ class WithholdLayers:
     """
 
     name: ClassVar[str] = "withhold_layers"
+    summary: ClassVar[str] = "release only the named parameters / dotted prefixes, zero the rest (param: layers)"
     needs: ClassVar[str] = "mean"
 
     def __init__(self, layers: str | Sequence[str] = ("action_net",)):
@@ -344,6 +353,7 @@ class CorrelatedNoise:
     """
 
     name: ClassVar[str] = "correlated_noise"
+    summary: ClassVar[str] = "Gaussian noise AR(1)-correlated across steps, per-step std sigma (params: sigma, rho)"
     needs: ClassVar[str] = "mean"
 
     def __init__(self, sigma: float = 1e-2, rho: float = 0.9, train_noise: str = "per_sample"):
@@ -395,6 +405,7 @@ class RandomRelease:
     """
 
     name: ClassVar[str] = "random_release"
+    summary: ClassVar[str] = "release each step with probability p, else zeros or the previous release (params: p, fill)"
     needs: ClassVar[str] = "per_sample"
 
     def __init__(self, p: float = 0.5, fill: str = "zeros"):

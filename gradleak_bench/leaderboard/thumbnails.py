@@ -319,10 +319,15 @@ def write(strip: Strip, root: Path, entry: Entry) -> Path:
     }
     path = sidecar_path(root, entry)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(sidecar, indent=1)
-    text = re.sub(r"\[[-0-9.,\s]*\]", lambda m: re.sub(r"\s+", " ", m.group(0)).replace("[ ", "[").replace(" ]", "]"), text)
-    atomic_write_bytes(path, (text + "\n").encode())
+    atomic_write_bytes(path, dump_sidecar(sidecar).encode())
     return path
+
+
+def dump_sidecar(sidecar: dict[str, Any]) -> str:
+    """Indented JSON with each innermost list (a frame, a point, an action sequence) on one line."""
+    text = json.dumps(sidecar, indent=1)
+    return re.sub(r"\[[^\[\]{}]*\]", lambda m: re.sub(r"\s+", " ", m.group(0)).replace("[ ", "[").replace(" ]", "]"),
+                  text) + "\n"
 
 
 def strip_from_files(root: Path, entry: Entry) -> Strip:

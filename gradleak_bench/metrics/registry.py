@@ -3,6 +3,13 @@
 A metric is data: a :class:`MetricSpec` names the truth field it scores and a plain function
 ``fn(recon, truth) -> np.ndarray`` over one episode. The runner pairs a reconstruction field with the truth
 field of the same name (see :mod:`gradleak_bench.records`) and calls every metric registered for it.
+
+The built-in metrics register when :mod:`gradleak_bench.metrics` is imported. A metric added out of tree is
+either registered in-process with :func:`register_metric`, or installed: a distribution's entry point in the
+group ``gradleak_bench.metrics`` (the plug-in registry, :mod:`gradleak_bench.registry`) names a
+:class:`MetricSpec` or a list of them (``my_metrics = "my_pkg.metrics:SPECS"``); entry points are read on the
+first lookup. An entry point never replaces a built-in metric: one with a built-in's name is ignored (so a
+published number keeps its meaning), and so is anything that is not a :class:`MetricSpec`.
 """
 from __future__ import annotations
 
@@ -56,6 +63,37 @@ class MetricSpec:
 
 
 _REGISTRY: dict[str, MetricSpec] = {}
+_entry_points_loaded = False
+IGNORED: list[str] = []
+"""Why installed metric entry points were ignored (a built-in's name, not a MetricSpec, an import error)."""
+
+
+def _load_entry_points() -> None:
+    """Register the installed metric entry points once (after the built-ins, which they may not replace)."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    import gradleak_bench.metrics  # noqa: F401  the built-ins first, so none of them can be taken
+    from gradleak_bench import registry
+    from gradleak_bench.errors import GradleakError
+
+    for ep in {**registry.builtin("metric"), **registry.installed("metric")}.values():
+        try:
+            found = ep.load()
+        except GradleakError as exc:
+            IGNORED.append(f"metric entry point {ep.name!r} ({ep.distribution}): {exc}")
+            continue
+        for spec in ([found] if isinstance(found, MetricSpec) else
+                     list(found) if isinstance(found, (list, tuple)) else [found]):
+            if not isinstance(spec, MetricSpec):
+                IGNORED.append(f"metric entry point {ep.name!r} ({ep.distribution}) names a "
+                               f"{type(spec).__name__}, not a MetricSpec")
+            elif spec.name in _REGISTRY:
+                IGNORED.append(f"metric entry point {ep.name!r} ({ep.distribution}): {spec.name!r} is already a "
+                               "metric; an installed metric never replaces one")
+            else:
+                _REGISTRY[spec.name] = spec
 
 
 def register_metric(spec: MetricSpec, *, replace: bool = False) -> MetricSpec:
@@ -93,6 +131,7 @@ def get_metric(name: str) -> MetricSpec:
         >>> get_metric("rgb_psnr").field
         'rgb'
     """
+    _load_entry_points()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -101,6 +140,7 @@ def get_metric(name: str) -> MetricSpec:
 
 def all_metrics() -> list[MetricSpec]:
     """Every registered metric, in registration order."""
+    _load_entry_points()
     return list(_REGISTRY.values())
 
 
@@ -113,6 +153,7 @@ def metrics_for_fields(fields: Iterable[str], optional: bool = False) -> list[Me
         >>> [m.name for m in metrics_for_fields(["action"])]
         ['action_accuracy', 'action_hist_tv']
     """
+    _load_entry_points()
     wanted = set(fields)
     return [spec for spec in _REGISTRY.values() if spec.field in wanted and (optional or spec.default)]
 
@@ -145,6 +186,7 @@ def select_metrics(requested: Iterable[str] | None, fields: Iterable[str],
         >>> [m.name for m in specs], len(notes)
         (['action_accuracy'], 1)
     """
+    _load_entry_points()
     fields = tuple(fields)
     if requested is None:
         return metrics_for_fields(fields), []

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from gradleak_bench import dataset as datasets
-from gradleak_bench.errors import GradleakError, PluginContractError, RunStateError
+from gradleak_bench.errors import AttackNotApplicableError, GradleakError, PluginContractError, RunStateError
 from gradleak_bench.metrics import select_metrics
 from gradleak_bench.paths import atomic_write_bytes
 from gradleak_bench.records import TRUTH_FIELDS
@@ -102,7 +102,7 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
         if attack.has("supports"):
             reason = plugin_step(attack, "supports", lambda: attack.call("supports")[0]["reason"])
             if reason:
-                raise GradleakError(f"attack {attack.description['name']!r} does not apply to victim "
+                raise AttackNotApplicableError(f"attack {attack.description['name']!r} does not apply to victim "
                                     f"{victim.checkpoint_id}: {reason}")
         if defense is not None and defense.has("check"):  # victim-dependent parameters, before any work
             plugin_step(defense, "check", lambda: defense.call("check"))
@@ -212,13 +212,9 @@ def _guarantees(defense: PluginProcess | None, n_actions: int) -> dict[str, floa
 
 def defense_guarantees(defense: Any, info: Any) -> dict[str, float]:
     """The formal guarantees of an in-process defense object (used by tools outside a run)."""
-    out = {}
-    if hasattr(defense, "epsilon"):
-        out["defense_epsilon"] = float(defense.epsilon())
-        out["defense_delta"] = float(getattr(defense, "delta", math.nan))
-    if hasattr(defense, "action_epsilon"):
-        out["defense_action_epsilon"] = float(defense.action_epsilon(info.n_actions))
-    return out
+    from gradleak_bench.hooks import guarantees
+
+    return guarantees(defense, info.n_actions)
 
 
 class _Run:

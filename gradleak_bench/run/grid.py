@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gradleak_bench import plugins
-from gradleak_bench.errors import GradleakError
+from gradleak_bench.errors import AttackNotApplicableError, GradleakError
 from gradleak_bench.paths import atomic_write_bytes
 
 # The leakage shown for an attack: the first of these that it reconstructs.
@@ -169,7 +169,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
         result = evaluate(_cell_config(cell), progress=False)
         return {"status": "ok", "summary": result.summary, "resumed": False}
     except GradleakError as exc:
-        status = "skipped" if "does not apply" in str(exc) else "failed"
+        status = "skipped" if isinstance(exc, AttackNotApplicableError) else "failed"
         return {"status": status, "error": str(exc)}
     except Exception as exc:  # a crashing plug-in fails its cell, not the grid
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}

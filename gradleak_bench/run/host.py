@@ -38,8 +38,9 @@ class Host:
             self.plugin = pickle.loads(a["blob"].tobytes())
         else:
             self.plugin = plugins.load(self.kind, h["reference"], h.get("params") or {})
-        methods = [m for m in ("fit", "supports", "check", "report_actions", "epsilon", "action_epsilon")
-                   if callable(getattr(self.plugin, m, None))]
+        from gradleak_bench.hooks import capabilities
+
+        methods = capabilities(self.plugin)
         fields = list(getattr(self.plugin, "fields", ()) or ()) if self.kind == "attack" else []
         protocol = getattr(self.plugin, "data_protocol", None) if self.kind == "attack" else None
         return {"name": getattr(self.plugin, "name", "?"), "fields": fields, "methods": methods,
@@ -101,13 +102,9 @@ class Host:
                     for k, v in tensors.items()}
 
     def guarantees(self, h: dict, a: dict) -> tuple[dict, dict]:
-        out: dict[str, Any] = {}
-        if callable(getattr(self.plugin, "epsilon", None)):
-            out["defense_epsilon"] = float(self.plugin.epsilon())
-            out["defense_delta"] = float(getattr(self.plugin, "delta", float("nan")))
-        if callable(getattr(self.plugin, "action_epsilon", None)):
-            out["defense_action_epsilon"] = float(self.plugin.action_epsilon(int(h["n_actions"])))
-        return out, {}
+        from gradleak_bench.hooks import guarantees
+
+        return guarantees(self.plugin, int(h["n_actions"])), {}
 
     def export(self, h: dict, a: dict) -> tuple[dict, dict]:
         import cloudpickle

@@ -28,32 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from gradleak_bench.errors import GradleakError, PluginContractError
+from gradleak_bench.errors import (GradleakError, PluginContractError, PluginCrashed, PluginFailure,  # noqa: F401
+                                   SealingUnavailableError)
 from gradleak_bench.run import wire
 
 NOBODY = 65534
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`) and run as root or where "
                 "unprivileged user namespaces are allowed, or pass --unsealed to debug (such a run is marked "
                 "unsealed in results.json and can never be submitted)")
-
-
-class SealingUnavailableError(GradleakError):
-    """A sealed run was asked for where no isolation is available."""
-
-
-class PluginFailure(GradleakError):
-    """A plug-in raised (or called ``sys.exit``) while handling one request; its process is still alive."""
-
-    def __init__(self, op: str, reply: dict[str, Any]):
-        self.op, self.type = op, str(reply.get("type", "Error"))
-        self.is_gradleak = bool(reply.get("gradleak"))
-        self.message = str(reply.get("error", ""))[:2000]
-        self.where = str(reply.get("where", ""))[:500]
-        super().__init__(self.message if self.is_gradleak else f"{self.type}: {self.message}{self.where}")
-
-
-class PluginCrashed(PluginContractError):
-    """The plug-in's process exited (``os._exit``, a segfault, killed): the run stops, finished rows are kept."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -199,6 +181,10 @@ def shown_paths(plugin_reference: str) -> list[Path]:
     import gradleak_bench.envs
 
     paths += [Path(m.__file__).resolve().parent for m in (gradleak_bench, gradleak_bench.baselines, gradleak_bench.envs)]
+    from gradleak_bench.registry import source_pyproject
+
+    if (pyproject := source_pyproject()) is not None:  # a source checkout's built-in plug-ins are declared there
+        paths.append(pyproject)
     paths += [Path(p) for p in sys.path if p and Path(p).is_dir() and Path(p).resolve() != Path("/")]
     return paths
 

@@ -54,6 +54,7 @@ from stable_baselines3.common.utils import obs_as_tensor
 
 from gradleak_bench import plugins
 from gradleak_bench.errors import DefenseDeclarationError, GradleakError, InvalidGradientError
+from gradleak_bench.hooks import ActionPrivate, Checks, DifferentiallyPrivate, ReportsActions
 from gradleak_bench.paths import atomic_write_bytes, cache_dir
 from gradleak_bench.records import GradientStream, LossSpec
 from gradleak_bench.stream.inputs import minibatch_inputs
@@ -149,7 +150,7 @@ class DefendedUpdates:
             return original_step(*args, **kwargs)
 
         optimizer.step = defended_step
-        if hasattr(self.defense, "report_actions"):
+        if isinstance(self.defense, ReportsActions):
             if self.on_policy:
                 return [_RelabelRollout(self)]
             self._relabel_replay(model.replay_buffer)
@@ -364,7 +365,7 @@ def training_epsilon(defense: Any, spec: VictimSpec, hooks: DefendedUpdates, n_a
     the Poisson approximation).
     """
     out: dict[str, Any] = {}
-    if hasattr(defense, "epsilon"):
+    if isinstance(defense, DifferentiallyPrivate):
         hp = spec.train.hyperparams
         if spec.algo == "ppo":
             rate, steps, how = 1.0, int(hp.get("n_epochs", 10)), "each rollout step released once per PPO epoch"
@@ -376,7 +377,7 @@ def training_epsilon(defense: Any, spec: VictimSpec, hooks: DefendedUpdates, n_a
         out["dp_epsilon_per_step"] = defense.epsilon(sample_rate=rate, steps=steps)
         out["dp_accounting"] = {"sample_rate": rate, "releases": steps, "delta": getattr(defense, "delta", None),
                                 "how": how, "accountant": "opacus RDPAccountant"}
-    if hasattr(defense, "action_epsilon"):
+    if isinstance(defense, ActionPrivate):
         out["action_epsilon"] = defense.action_epsilon(n_actions)
     return out
 
@@ -421,7 +422,7 @@ def train_defense(defense: str, params: dict[str, Any] | None = None, task: str 
     params = dict(params or {})
     defense_obj = plugins.load("defense", defense, params)
     spec = with_budget(get_victim(task, victim), budget, seed)
-    if hasattr(defense_obj, "check"):  # victim-dependent parameters (layer names), before any training
+    if isinstance(defense_obj, Checks):  # victim-dependent parameters (layer names), before any training
         defense_obj.check(_public_info(spec))
     identity = defense_identity(defense, params, defense_obj)
     key = _hash({"victim": spec.config_hash(), "defense": identity})

@@ -45,6 +45,9 @@ class TRACE:
     """
 
     name: ClassVar[str] = "trace"
+    summary: ClassVar[str] = (
+        "TRACE: learned gradient encoder + interleaved causal transformer, autoregressive frames and actions "
+        "(params: preset=quick|paper|tiny, weights, train=auto|never|force, seq_len, epochs, protocol, ...)")
     fields: ClassVar[tuple[str, ...]] = ("rgb", "action")
     defaults: ClassVar[dict[str, Any]] = {}
     # The public TRACE code's data: windows cut from whole episodes, advantages from whole-episode GAE
@@ -202,12 +205,15 @@ class TRACENoTemporal(TRACE):
     gradient encoder, decoders, data and budget, an MLP instead of the causal transformer, no image tokens."""
 
     name: ClassVar[str] = "trace_no_temporal"
+    summary: ClassVar[str] = ("TRACE ablation: single-frame learned inversion (Learning-to-Invert style), same features "
+                              "and budget")
     defaults: ClassVar[dict[str, Any]] = {"temporal": False, "seq_len": 1}
 
 
 def _seq(length: int) -> type[TRACE]:
     cls = type(f"TRACESeq{length}", (TRACE,), {
         "name": f"trace_seq{length}", "defaults": {"seq_len": length},
+        "summary": f"TRACE ablation: context window of {length} step(s) of gradients and own previous frames",
         "__doc__": f"``trace_seq{length}``: TRACE with a context window of {length} step(s)."})
     cls.__module__ = __name__
     return cls

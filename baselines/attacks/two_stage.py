@@ -1,0 +1,196 @@
+"""The QGI/RGI pipeline shared by ``qgi`` and ``rgi``: rule-based action, the objective-agnostic surrogate
+``<grad_b J, F(x_rec)>``, two-stage multimodal reconstruction (the input of the linear layers first, then the
+images with TV), rule-based supervisory signals.
+
+The paper: "Privacy Risks of Reinforcement Learning in Household Robots" (QGI for DQN, RGI for REINFORCE);
+its bibliographic details are recorded in docs/inversion-attacks.md ("References").
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from gradleak_bench.baselines.attacks.closed_form import head_parameter_names, logit_gradients
+from gradleak_bench.inversion import (GradientMatcher, VictimNet, adam_inversion, init_unit, modalities,
+                                      objective_scalars, original_objective, surrogate_objective, to_fields,
+                                      total_variation)
+from gradleak_bench.records import ObservedEpisode, VictimInfo
+
+PRESETS = {"quick": dict(stage1=300, stage2=200), "paper": dict(stage1=10_000, stage2=10_000)}
+
+
+class TwoStagePipeline:
+    """QGI/RGI (Privacy Risks in RL for Household Robots): rule-based action, surrogate objective,
+    two-stage multimodal reconstruction, rule-based supervisory signals.
+
+    Args:
+        preset: ``"quick"`` (300 + 200 iterations) or ``"paper"`` (10,000 + 10,000: the paper's 2x10^4).
+        stage1, stage2: iterations of each stage (override the preset).
+        lr: Adam learning rate (0.1, decayed at 3/8, 5/8, 7/8). tv: TV weight lambda (0.1, the paper's).
+        objective: ``"surrogate"`` (the paper's) or ``"original"`` (ablation: the victim's loss with the rule
+            action and the scalar target optimised jointly).
+        stages: ``"two"`` (the paper's) or ``"joint"`` (ablation: every modality in one optimisation).
+        linear_solver: stage 1 by ``"adam"`` (the paper's optimisation) or ``"closed_form"`` (ours: the first
+            linear layer's weight gradient is g z^T and its bias gradient g, so its input z is the
+            least-squares ratio of the two -- exact for a single-sample gradient, no iterations).
+        seed: initialisation seed.
+    """
+
+    algo: ClassVar[str] = ""
+    fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, preset: str = "quick", stage1: int | None = None, stage2: int | None = None,
+                 lr: float = 0.1, tv: float = 0.1, objective: str = "surrogate", stages: str = "two",
+                 linear_solver: str = "adam", seed: int = 0):
+        if linear_solver not in ("adam", "closed_form"):
+            raise ValueError(f"linear_solver must be 'adam' or 'closed_form', not {linear_solver!r}")
+        self.linear_solver = linear_solver
+        if preset not in PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRESETS)}, not {preset!r}")
+        if objective not in ("surrogate", "original"):
+            raise ValueError(f"objective must be 'surrogate' or 'original', not {objective!r}")
+        if stages not in ("two", "joint"):
+            raise ValueError(f"stages must be 'two' or 'joint', not {stages!r}")
+        self.preset = preset
+        self.stage1 = int(stage1 if stage1 is not None else PRESETS[preset]["stage1"])
+        self.stage2 = int(stage2 if stage2 is not None else PRESETS[preset]["stage2"])
+        self.lr, self.tv, self.objective, self.stages, self.seed = float(lr), float(tv), objective, stages, int(seed)
+
+    def supports(self, victim: VictimInfo) -> str | None:
+        if victim.loss.algo != self.algo:
+            other = {"dqn": "qgi", "reinforce": "rgi"}.get(victim.loss.algo)
+            hint = f"; use {other!r} for it" if other else "; use inverting_gradients, dlg or idlg"
+            return (f"{self.name} attacks {self.algo.upper()} victims only, and {victim.victim!r} trains with "
+                    f"{victim.loss.algo!r}{hint}")
+        if not isinstance(victim.policy.observation_space, gym.spaces.Dict):
+            return f"{self.name} reconstructs a multimodal (Dict) observation; this victim's is not one"
+        _, bias = head_parameter_names(victim)
+        if bias is None:
+            return f"{self.name} needs the last layer's bias gradient (the error direction); the head has no bias"
+        return None
+
+    # the error direction dJ/dF: the last layer's bias gradient (T, n_out), and the value head's (T,) if any
+    def _errors(self, episode: ObservedEpisode, victim: VictimInfo) -> tuple[torch.Tensor, torch.Tensor | None]:
+        error = logit_gradients(episode, victim).float()
+        vb = episode.gradients.tensors.get("value_net.bias")
+        return error, (None if vb is None else vb[:, 0].float())
+
+    def _objective(self, net: VictimNet, episode: ObservedEpisode, victim: VictimInfo, actions: torch.Tensor,
+                   v: Mapping[str, torch.Tensor]):
+        if self.objective == "surrogate":
+            return surrogate_objective(net, *self._errors(episode, victim))
+        scalars = {s: v[f"scalar:{s}"] for s in objective_scalars(victim.loss.algo)}
+        return original_objective(net, actions, scalars)
+
+    def _scalar_vars(self, victim: VictimInfo, length: int) -> dict[str, torch.Tensor]:
+        if self.objective == "surrogate":
+            return {}
+        return {f"scalar:{s}": torch.full((length,), 1.0 if s == "advantage" else 0.0)
+                for s in objective_scalars(victim.loss.algo)}
+
+    def _states(self, episode: ObservedEpisode, victim: VictimInfo, actions: torch.Tensor
+                ) -> tuple[dict[str, np.ndarray], torch.Tensor, np.ndarray, dict[str, torch.Tensor]]:
+        """Two-stage (or joint) multimodal reconstruction -> (fields, features, failed, variables)."""
+        net = VictimNet(victim)
+        mods = modalities(victim)
+        slices = net.feature_slices()
+        flat_keys = [k for k, s in slices.items() if isinstance(net.extractor.extractors[k], nn.Flatten)]
+        length = episode.gradients.length
+        gen = torch.Generator().manual_seed(self.seed)
+        failed = torch.zeros(length, dtype=torch.bool)
+        boxes = {k: (0.0, 1.0) for k in mods}
+
+        def tv_of(v: Mapping[str, torch.Tensor], keys) -> torch.Tensor:
+            out = 0.0
+            for k in keys:
+                if mods[k].spatial is not None and self.tv:
+                    out = out + self.tv * total_variation(v[k], mods[k].spatial)
+            return out
+
+        fixed: dict[str, torch.Tensor] = {}
+        if self.stages == "two":
+            # Stage 1: the input of the linear layers (vector state, flattened depth, CNN features), matched on
+            # the linear layers' gradients; the CNN features are free non-negative variables (ReLU outputs).
+            head = GradientMatcher(net, episode.gradients.tensors, net.head_names())
+            width = sum(s.stop - s.start for s in slices.values())
+            v1 = {k: init_unit((length, *mods[k].shape), gen) for k in flat_keys}
+            v1["features"] = 0.1 * torch.rand((length, width), generator=gen)
+            v1.update(self._scalar_vars(victim, length))
+            boxes1 = dict(boxes, features=(0.0, math.inf))
+
+            def features_of(v: Mapping[str, torch.Tensor]) -> torch.Tensor:
+                parts = []
+                for k, s in slices.items():
+                    if k in flat_keys:
+                        parts.append(mods[k].to_policy(v[k]).reshape(length, -1))
+                    else:
+                        parts.append(v["features"][:, s])
+                return torch.cat(parts, dim=1)
+
+            def loss1(v: dict[str, torch.Tensor]) -> torch.Tensor:
+                objective = self._objective(net, episode, victim, actions, v)
+                return head.cosine_loss(lambda: objective(features_of(v))) + tv_of(v, flat_keys)
+
+            if self.linear_solver == "closed_form":
+                z, bad = linear_input(net, episode)
+                for k in flat_keys:
+                    v1[k] = mods[k].from_policy(z[:, slices[k]].reshape(length, *mods[k].shape)).clamp(0.0, 1.0)
+                rest = [s for k, s in slices.items() if k not in flat_keys]
+                for s in rest:
+                    v1["features"][:, s] = z[:, s].clamp_min(0.0)
+            else:
+                _, bad = adam_inversion(v1, boxes1, loss1, self.stage1, self.lr, signed=False)
+            failed |= bad
+            fixed = {k: v1[k].detach() for k in flat_keys}
+            stage2_keys = [k for k in mods if k not in flat_keys]
+        else:
+            stage2_keys = list(mods)
+
+        # Stage 2 (or the joint ablation): the images through the whole network, the stage-1 modalities fixed.
+        full = GradientMatcher(net, episode.gradients.tensors)
+        v2 = {k: init_unit((length, *mods[k].shape), gen) for k in stage2_keys}
+        v2.update(self._scalar_vars(victim, length))
+
+        def loss2(v: dict[str, torch.Tensor]) -> torch.Tensor:
+            objective = self._objective(net, episode, victim, actions, v)
+            obs = {k: mods[k].to_policy(fixed[k] if k in fixed else v[k]) for k in mods}
+            return full.cosine_loss(lambda: objective(net.features(obs))) + tv_of(v, stage2_keys)
+
+        _, bad = adam_inversion(v2, boxes, loss2, self.stage2, self.lr, signed=True)
+        failed |= bad
+        unit = {k: (fixed[k] if k in fixed else v2[k].detach()) for k in mods}
+        with torch.no_grad():
+            features = net.features({k: mods[k].to_policy(unit[k]) for k in mods})
+            if self.stages == "two":  # the linear layers' input is known from stage 1: use it for the outputs
+                features = features_of(v1)
+        fields = to_fields(mods, unit)
+        scal = {**{k: v for k, v in v2.items() if k.startswith("scalar:")}}
+        return fields, features.detach(), failed.numpy(), scal
+
+    def _head_norm_ratio(self, net: VictimNet, episode: ObservedEpisode, features: torch.Tensor,
+                         unit_error: torch.Tensor) -> torch.Tensor:
+        """||g|| / ||g_rec||, both on the linear layers, with g_rec the gradient of <unit_error, F(x_rec)>."""
+        names = net.head_names()
+        g = episode.gradients.tensors
+        norm_true = torch.sqrt(sum(g[n].reshape(g[n].shape[0], -1).double().pow(2).sum(1) for n in names))
+        matcher = GradientMatcher(net, g, names)
+        f = features.clone().requires_grad_()
+        _, norm2 = matcher.terms(lambda: (unit_error * net.head(f)[0]).sum(1))
+        return (norm_true / norm2.detach().double().sqrt()).float()
+
+
+def linear_input(net: VictimNet, episode: ObservedEpisode) -> tuple[torch.Tensor, torch.Tensor]:
+    """Input of the first linear layer after the features: z = sum_i gb_i gW_i / sum_i gb_i^2 (T, in)."""
+    first = net.head_names()[0]
+    weight, bias = first, first.replace(".weight", ".bias")
+    gw = episode.gradients.tensors[weight].double()
+    gb = episode.gradients.tensors[bias].double()
+    denom = gb.pow(2).sum(1)
+    z = torch.einsum("to,toi->ti", gb, gw) / denom[:, None]
+    return z.float(), ~(denom > 0) | ~torch.isfinite(z).all(1)
