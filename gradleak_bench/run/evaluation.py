@@ -154,7 +154,10 @@ def _start_tracking(config: EvaluateConfig) -> Any:
 
     def imports() -> None:
         for module in ("scipy.stats", "pandas"):  # the bootstrap intervals; episodes.csv
-            importlib.import_module(module)
+            try:
+                importlib.import_module(module)
+            except Exception:  # noqa: BLE001  only a head start: the main thread imports it again and reports
+                return
 
     threading.Thread(target=imports, name="gradleak-imports", daemon=True).start()
     if config.wandb == "disabled":
