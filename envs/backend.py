@@ -13,7 +13,6 @@ Coordinates every backend reports in: ``x``, ``y`` on the floor plane (right-han
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -260,13 +259,15 @@ def load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    from gradleak_bench import registry  # the one plug-in mechanism: its entry-point group, its precedence
+
+    for ep in registry.installed("backend").values():
         if ep.name in _BUILTIN_BACKENDS:
             continue
         try:
             adapter = ep.load()
         except Exception as exc:  # a broken plug-in names itself instead of breaking every env
-            raise PluginLoadError(f"the backend plug-in {ep.name!r} ({ep.value}) failed to import: "
+            raise PluginLoadError(f"the backend plug-in {ep.name!r} ({ep.target}) failed to import: "
                                   f"{type(exc).__name__}: {exc}. Fix or uninstall it.") from exc
         register_backend(ep.name, adapter)
 

@@ -11,8 +11,6 @@ out-of-tree one) naming its env class, which subclasses :class:`gradleak_bench.e
 """
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
 import math
 import warnings
 from dataclasses import dataclass
@@ -274,7 +272,9 @@ def load_entry_points(strict: bool = True) -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    from gradleak_bench import registry  # the one plug-in mechanism: its entry-point group, its precedence
+
+    for ep in registry.installed("task").values():
         if ep.name in _BUILTIN_NAMES:
             continue
         try:
@@ -286,14 +286,15 @@ def load_entry_points(strict: bool = True) -> None:
             warnings.warn(f"skipped a task plug-in: {exc}", stacklevel=2)
 
 
-def _load_spec(ep: importlib.metadata.EntryPoint) -> TaskSpec:
+def _load_spec(ep: Any) -> TaskSpec:
+    """The TaskSpec a :class:`~gradleak_bench.registry.PluginSpec` names, checked."""
     try:
         spec = ep.load()
     except Exception as exc:  # a broken plug-in names itself instead of breaking every command
-        raise PluginLoadError(f"the task plug-in {ep.name!r} ({ep.value}) failed to import: "
+        raise PluginLoadError(f"the task plug-in {ep.name!r} ({ep.target}) failed to import: "
                               f"{type(exc).__name__}: {exc}. Fix or uninstall it.") from exc
     if not isinstance(spec, TaskSpec) or spec.name != ep.name:
-        raise PluginLoadError(f"the task entry point {ep.name!r} ({ep.value}) must name a TaskSpec called "
+        raise PluginLoadError(f"the task entry point {ep.name!r} ({ep.target}) must name a TaskSpec called "
                               f"{ep.name!r}; fix the plug-in's entry point.")
     return spec
 

@@ -1,7 +1,8 @@
 """Trajectory attacks: reconstruct where the robot went (pose per step) from its released gradient stream.
 
-``tsp`` — a Temporal State Propagator in the spirit of the blog post in ``shared/papers`` (read as an idea,
-not as a recipe; docs/tsp.md says what we kept, what we changed and what we measured). It treats the
+``tsp`` — a Temporal State Propagator in the spirit of an anonymous Chinese-language blog post, "Temporal
+Gradient Inversion for Private Trajectory Reconstruction in Embodied Reinforcement Learning" (a commentary on
+the TRACE paper of Bhujel et al.; no author, date or URL given; read as an idea, not as a recipe; docs/tsp.md says what we kept, what we changed and what we measured). It treats the
 stream as a series of measurements of the robot's motion and integrates them into a feasible path:
 
 1. **Gradient-action decoupler (closed form).** The policy head's weight gradient of one step is the outer

@@ -113,7 +113,9 @@ class GradientStreamWrapper(gym.Wrapper):
         first_t = self._t - len(self._segment)
         episode_id = f"live-{self._episode:05d}"
         layout = int(self._info.get("layout_id", -1))
-        grads = self.gradients(Episode(episode_id, "live", layout, -1, steps))
+        # the episode's own simulator, so trajectory metrics read its layout there (not a PyBullet apartment)
+        backend = str(self._info.get("backend", "pybullet"))
+        grads = self.gradients(Episode(episode_id, "live", layout, -1, steps, backend=backend))
         records = [
             StepRecord(episode_id=episode_id, t=first_t + i, gradient=grads.step(i),
                        truth={k: v[i] for k, v in steps.items()})
