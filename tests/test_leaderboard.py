@@ -604,3 +604,22 @@ def test_page_in_headless_chromium_shows_every_entry_and_sorts(tmp_path):
     table = dom.split(f'id="{table_id}"')[1].split("</table>")[0]
     assert re.findall(r'<tr data-entry="([^"]+)"', table) == expected[table_id][::-1]
     assert '<th class="desc">#</th>' in table
+
+
+def test_a_sequence_attack_entry_keeps_its_data_protocol():
+    """TRACE's entry is on the trace-windows split: submit, the official check and verify's re-run all take
+    the protocol from the entry's dataset key, and verify re-scores the entry's protocol metrics too."""
+    from pathlib import Path
+
+    from gradleak_bench.leaderboard.checks import is_official, standard_dataset
+    from gradleak_bench.leaderboard.schema import load_entry
+    from gradleak_bench.leaderboard.verify import _metrics
+
+    windows = standard_dataset("PointNav", "ppo", "trained", "test", "PointNav-ppo-trained-test-e4-t8-s0-trace-windows-v0")
+    assert windows.protocol == "trace-windows"
+    assert standard_dataset("PointNav", "ppo", "trained", "test", "PointNav-ppo-trained-test-e4-t8-s0-v0").protocol == "first8"
+    assert standard_dataset("PointNav", "ppo", "trained", "test", "forged-key").protocol == "first8"  # then refused
+    entry = load_entry(Path(__file__).parents[1] / "leaderboard/entries/PointNav/none/trace__ppo-trained.json")
+    assert entry.dataset == windows.key and is_official(entry)
+    wanted = _metrics(entry)
+    assert "rgb" in wanted and "action" in wanted and "rgb_ssim@gauss11" in wanted

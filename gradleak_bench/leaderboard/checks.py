@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 import numpy as np
 
@@ -183,14 +184,23 @@ def _interval_problems(label: str, stat: Interval | MetricResult, values, seed: 
     return []
 
 
+def standard_dataset(task: str, victim: str, checkpoint: str, split: str, key: str | None = None) -> Any:
+    """The standard dataset config of a split whose key is ``key``, under whichever data protocol names it
+    (``first8``, or ``trace-windows`` for a sequence attack's entry); the default protocol's when none does,
+    so the caller's comparison of keys reports the mismatch."""
+    from gradleak_bench import dataset as datasets
+
+    configs = [datasets.standard_config(task, victim, checkpoint, split, protocol=p) for p in datasets.PROTOCOLS]
+    return next((c for c in configs if c.key == key), configs[0])
+
+
 def official_problem(entry: Entry) -> str | None:
     """Why ``entry`` is not on the official held-out split, or None when it is: the standard dataset of its
     task, victim and checkpoint, the standard draw (dataset seed 0), every episode scored, and the split
     identity the manifest records for that dataset."""
     from gradleak_bench import splits
-    from gradleak_bench.dataset import standard_config
 
-    standard = standard_config(entry.task, entry.victim, entry.checkpoint, entry.split)
+    standard = standard_dataset(entry.task, entry.victim, entry.checkpoint, entry.split, entry.dataset)
     if entry.dataset != standard.key or entry.dataset_seed != 0:
         return f"dataset {entry.dataset} (seed {entry.dataset_seed}) is not the standard {standard.key} (seed 0)"
     expected = len(splits.layouts(standard.split)) * standard.episodes_per_layout

@@ -97,7 +97,7 @@ def entry_from_results(results: dict[str, Any], rows: list[dict[str, Any]], name
         CodeBindingError: a ``module:Class`` attack, an unknown name, a missing file.
         InvalidEntryError: impossible values, or a summary its own rows do not give.
     """
-    from gradleak_bench.dataset import standard_config
+    from gradleak_bench.leaderboard.checks import standard_dataset
 
     missing = [k for k in _REQUIRED if k not in results]
     if missing:
@@ -106,7 +106,8 @@ def entry_from_results(results: dict[str, Any], rows: list[dict[str, Any]], name
         raise UnofficialDatasetError(f"{source}: the run scored split {results['split']!r}; leaderboard entries "
                                      "score the held-out test split (evaluate with --split test)")
     try:
-        standard = standard_config(results["task"], results["victim"], results["checkpoint"], results["split"])
+        standard = standard_dataset(results["task"], results["victim"], results["checkpoint"], results["split"],
+                                    results.get("dataset"))
     except (GradleakError, TypeError) as exc:
         raise InvalidEntryError(f"{source}: {exc}") from exc
     if results.get("sealed") is not True:

@@ -150,11 +150,11 @@ def _read_recon(run: Path, episode_id: str) -> dict[str, np.ndarray]:
 def _dataset(entry: Entry) -> Any:
     """The entry's own held-out dataset (whichever data protocol its key names)."""
     from gradleak_bench import dataset as datasets
+    from gradleak_bench.leaderboard.checks import standard_dataset
 
-    for protocol in datasets.PROTOCOLS:
-        config = datasets.standard_config(entry.task, entry.victim, entry.checkpoint, entry.split, protocol=protocol)
-        if config.key == entry.dataset:
-            return datasets.load_or_generate(config, progress=False)
+    config = standard_dataset(entry.task, entry.victim, entry.checkpoint, entry.split, entry.dataset)
+    if config.key == entry.dataset:
+        return datasets.load_or_generate(config, progress=False)
     raise CorruptFileError(f"{entry.relative_path}: no standard dataset has the key {entry.dataset}")
 
 

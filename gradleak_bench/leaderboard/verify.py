@@ -164,6 +164,7 @@ def admit(entry: Entry, allow_unofficial: bool = False, attack: str | None = Non
 
 
 def _config(entry: Entry, folder: Path, tmp: Path, episodes: int | None, seed: int | None, priors: bool) -> Any:
+    from gradleak_bench.leaderboard.checks import standard_dataset
     from gradleak_bench.run.config import EvaluateConfig
 
     private = tmp / "code"
@@ -174,9 +175,26 @@ def _config(entry: Entry, folder: Path, tmp: Path, episodes: int | None, seed: i
         task=entry.task, victim=entry.victim, checkpoint=entry.checkpoint, split=entry.split,
         episodes=episodes, seed=entry.seed, sample_seed=seed, dataset_seed=entry.dataset_seed,
         attack_params=dict(entry.attack_params), defense_params=dict(entry.defense_params),
+        protocol=standard_dataset(entry.task, entry.victim, entry.checkpoint, entry.split, entry.dataset).protocol,
+        metrics=_metrics(entry),
         out=str(tmp / "run"), wandb="disabled", sealed=True, priors=priors,
         control=any(m.control is not None for m in entry.metrics.values()),
     )
+
+
+def _metrics(entry: Entry) -> list[str] | None:
+    """What the re-run scores: every default metric of each field the entry reports (so an entry that drops
+    one is caught by :func:`compare`) plus the entry's own non-default ones (a paper's protocol,
+    ``rgb_ssim@gauss11``), which are recomputed like the rest. None (the defaults) for a metric this
+    installation does not know: the comparison then names it."""
+    from gradleak_bench.errors import GradleakError
+    from gradleak_bench.metrics.registry import get_metric
+
+    try:
+        fields = sorted({get_metric(name).field for name in entry.metrics})
+    except GradleakError:
+        return None
+    return fields + sorted(entry.metrics)
 
 
 def rerun(entry: Entry, folder: Path, episodes: int = 8, seed: int = 0, progress: bool = False,
