@@ -60,6 +60,16 @@ def registry_problems(entry: Entry) -> list[str]:
     return found
 
 
+def as_values(values: Any) -> np.ndarray:
+    """Per-episode values as floats, NaN where the entry has null (the metric is undefined there)."""
+    return np.asarray([math.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def paired(values: Any, baseline: Any) -> np.ndarray:
+    """Per-episode differences, NaN where either side is undefined (left out of means and CIs)."""
+    return as_values(values) - as_values(baseline)
+
+
 def possible_problems(entry: Entry) -> list[str]:
     """Values outside what the metric can produce, counts that cannot be."""
     rows, found = entry.episodes, []
@@ -83,15 +93,17 @@ def possible_problems(entry: Entry) -> list[str]:
             if leak is not None and not (lo - hi) <= leak.ci_low <= leak.ci_high <= (hi - lo):
                 found.append(f"metrics.{name}.{part}: [{leak.ci_low}, {leak.ci_high}] is not within "
                              f"[{lo - hi}, {hi - lo}]")
-        if m.n != n:
-            found.append(f"metrics.{name}.n is {m.n}, but {n} episodes are shipped")
+        values = rows.values.get(name)
+        defined = n if values is None else int(np.isfinite(as_values(values)).sum())
+        if m.n != defined:
+            found.append(f"metrics.{name}.n is {m.n}, but {defined} shipped episodes have a value")
         if not 0 <= m.failed_frames <= sum(rows.frames):
             found.append(f"metrics.{name}.failed_frames is {m.failed_frames}, outside 0..{sum(rows.frames)} "
                          "(the scored frames)")
         tables = [("values", rows.values.get(name)), ("controls", rows.controls.get(name)),
                   *((f"references.{name}.{k}", v) for k, v in rows.references.get(name, {}).items())]
         for label, values in tables:
-            if values is not None and any(not lo <= v <= hi for v in values):
+            if values is not None and any(v is not None and not lo <= v <= hi for v in values):
                 found.append(f"episodes.{label}: a value of {name} outside the metric's range [{lo}, {hi}]")
         frames = rows.failed_frames.get(name)
         if frames is not None and (len(frames) != n or any(not 0 <= f <= t for f, t in zip(frames, rows.frames))):
@@ -136,8 +148,8 @@ def row_problems(entry: Entry) -> list[str]:
         if (baseline is None) != (m.leakage is None):
             found.append(f"metrics.{name}.leakage: present exactly when the metric has a control")
         elif baseline is not None:
-            diffs = [v - b for v, b in zip(values, baseline)]
-            found += _interval_problems(f"metrics.{name}.leakage", m.leakage, diffs, entry.seed, bootstrap_ci)
+            found += _interval_problems(f"metrics.{name}.leakage", m.leakage, paired(values, baseline), entry.seed,
+                                        bootstrap_ci)
     return found
 
 
@@ -153,7 +165,8 @@ def best_prior_rows(m: MetricResult, references: dict) -> tuple[str | None, list
 def _prior_problems(name: str, m: MetricResult, values, refs: dict, seed: int, ci) -> list[str]:
     """The best prior must be the prior whose rows have the best mean in the metric's direction, and the
     headline leakage the one its rows give (a weaker prior would inflate it)."""
-    priors = {k: np.mean(v) for k, v in refs.items() if k.startswith(PRIOR_PREFIX)}
+    priors = {k: float(np.nanmean(as_values(v))) for k, v in refs.items()
+              if k.startswith(PRIOR_PREFIX) and np.isfinite(as_values(v)).any()}
     best = getattr(m, "best_prior", None)
     if not priors:
         return [] if best is None else [f"metrics.{name}.best_prior: {best!r} without prior rows"]
@@ -162,8 +175,7 @@ def _prior_problems(name: str, m: MetricResult, values, refs: dict, seed: int, c
     target = max(priors.values()) if m.higher_is_better else min(priors.values())
     if best not in priors or abs(priors[best] - target) > MEAN_RTOL * max(1.0, abs(target)):
         return [f"metrics.{name}.best_prior is {best!r}, but by the rows the best prior scores {target:.6g}"]
-    diffs = [v - p for v, p in zip(values, refs[best])]
-    return _interval_problems(f"metrics.{name}.prior_leakage", m.prior_leakage, diffs, seed, ci)
+    return _interval_problems(f"metrics.{name}.prior_leakage", m.prior_leakage, paired(values, refs[best]), seed, ci)
 
 
 def leakage_baseline(m: MetricResult, controls, references: dict) -> list[float] | None:
@@ -173,7 +185,7 @@ def leakage_baseline(m: MetricResult, controls, references: dict) -> list[float]
 
 
 def _interval_problems(label: str, stat: Interval | MetricResult, values, seed: int, ci) -> list[str]:
-    mean, lo, hi = ci(np.asarray(values, dtype=np.float64), seed=seed)
+    mean, lo, hi = ci(as_values(values), seed=seed)  # bootstrap_ci leaves out undefined (NaN) episodes
     slack = MEAN_RTOL * max(1.0, abs(mean))
     if abs(stat.mean - mean) > slack:
         return [f"{label}: mean {stat.mean:.6g}, but the entry's own rows give {mean:.6g}"]

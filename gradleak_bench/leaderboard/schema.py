@@ -38,7 +38,7 @@ URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#@!$&*+,;=%-]+$")
 HELD_OUT = ("test", "test-full")
 JsonScalar = Union[str, int, float, bool, None]
 #: An indented JSON array of numbers only (the per-episode rows), written on one line.
-_NUMBER_LIST = re.compile(r"\[\s*(-?[0-9][0-9.eE+-]*(?:,\s*-?[0-9][0-9.eE+-]*)*)\s*\]")
+_NUMBER_LIST = re.compile(r"\[\s*((?:-?[0-9][0-9.eE+-]*|null)(?:,\s*(?:-?[0-9][0-9.eE+-]*|null))*)\s*\]")
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,9 @@ class EpisodeRows:
     Attributes:
         ids: the scored episode ids, in canonical order.
         frames: each episode's scored frames (its length).
-        values: metric -> one value per episode (failed frames already scored as the metric's worst value).
+        values: metric -> one value per episode (failed frames already scored as the metric's worst value);
+            null where the metric is undefined on that episode by its truth (a key-point hit rate on a path that
+            passes no key point): such an episode is left out of the metric's mean, its ``n`` and its CI.
         controls: metric -> the no-leak control's value per episode.
         references: metric -> gradient-free reference (prior) name -> its value per episode.
         failed_frames: metric -> failed frames per episode.
@@ -56,9 +58,9 @@ class EpisodeRows:
 
     ids: tuple[str, ...]
     frames: tuple[int, ...]
-    values: dict[str, tuple[float, ...]]
-    controls: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    references: dict[str, dict[str, tuple[float, ...]]] = field(default_factory=dict)
+    values: dict[str, tuple[float | None, ...]]
+    controls: dict[str, tuple[float | None, ...]] = field(default_factory=dict)
+    references: dict[str, dict[str, tuple[float | None, ...]]] = field(default_factory=dict)
     failed_frames: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 

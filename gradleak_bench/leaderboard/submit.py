@@ -62,8 +62,8 @@ def episode_rows(rows: list[dict[str, Any]], metrics: dict[str, Any], source: st
     out: dict[str, Any] = {"ids": [r["episode_id"] for r in ok], "frames": [r.get("length") for r in ok],
                            "values": {}, "controls": {}, "references": {}, "failed_frames": {}}
 
-    def column(key: str, what: str) -> list[float]:
-        return [_finite(r.get(key), f"{source}: episode {r['episode_id']} {what}") for r in ok]
+    def column(key: str, what: str) -> list[float | None]:
+        return [_defined(r.get(key), f"{source}: episode {r['episode_id']} {what}") for r in ok]
 
     for name, m in metrics.items():
         m = m if isinstance(m, dict) else {}
@@ -77,6 +77,14 @@ def episode_rows(rows: list[dict[str, Any]], metrics: dict[str, Any], source: st
         if all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
             out["failed_frames"][name] = counts
     return out
+
+
+def _defined(value: Any, where: str) -> float | None:
+    """A per-episode value, or None where the scorer recorded NaN: the metric is undefined on that episode by
+    its truth (failed reconstructions are scored the metric's worst value, never NaN)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return _finite(value, where)
 
 
 def _finite(value: Any, where: str) -> float:

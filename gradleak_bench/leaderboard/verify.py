@@ -112,11 +112,18 @@ class Verification:
 
 def check_statistic(metric: str, entry_rows: list[float], rerun_values: list[float]) -> Check:
     """The rule of the module docstring for one statistic."""
-    x = np.asarray(entry_rows, dtype=np.float64)
+    # NaN (null in the entry) is a metric undefined on that episode by its truth, on both sides: left out
+    x = checks.as_values(entry_rows)
+    y = [v for v in checks.as_values(rerun_values) if math.isfinite(v)]
+    if len(y) < len(rerun_values) and np.isfinite(x).all():
+        return Check(metric, float(x.mean()), math.nan, len(y), 0.0, False,
+                     " (undefined in the re-run, but defined on every episode of the entry)")
+    x = x[np.isfinite(x)]
+    if not x.size:
+        return Check(metric, math.nan, math.nan, len(y), 0.0, False, " (no defined value in the entry)")
     mu = float(x.mean())
-    y = [v for v in rerun_values if math.isfinite(v)]
-    if len(y) < len(rerun_values) or not y:
-        return Check(metric, mu, math.nan, len(y), 0.0, False, " (a non-finite value in the re-run)")
+    if not y:  # every re-run episode happens to leave it undefined: nothing to compare, nothing contradicted
+        return Check(metric, mu, math.nan, 0, 0.0, True, " (undefined on every re-run episode)")
     s = float(x.std(ddof=1)) if x.size > 1 else 0.0
     k = len(y)
     m = float(np.mean(y))
@@ -127,11 +134,12 @@ def check_statistic(metric: str, entry_rows: list[float], rerun_values: list[flo
 def check_fresh(metric: str, higher_is_better: bool, entry_rows: list[float], ids: tuple[str, ...],
                 fresh_values: list[float]) -> FreshCheck:
     """The fresh-layout rule of the module docstring for one metric."""
-    x = np.asarray(entry_rows, dtype=np.float64)
-    mu = float(x.mean())
-    f = [v for v in fresh_values if math.isfinite(v)]
-    if not f or len(f) < len(fresh_values):
-        return FreshCheck(f"fresh:{metric}", mu, math.nan, len(f), 0.0, False, "n/a (a non-finite fresh value)")
+    x = checks.as_values(entry_rows)
+    x = x[np.isfinite(x)]
+    f = [v for v in checks.as_values(fresh_values) if math.isfinite(v)]
+    mu = float(x.mean()) if x.size else math.nan
+    if not x.size or not f:  # undefined everywhere on one side: no drop can be measured
+        return FreshCheck(f"fresh:{metric}", mu, math.nan, len(f), 0.0, True, "n/a (undefined on those episodes)")
     layouts = len({i.split("-E")[0] for i in ids}) or len(ids)
     s = float(x.std(ddof=1)) if x.size > 1 else 0.0
     s_f = float(np.std(f, ddof=1)) if len(f) > 1 else 0.0
@@ -273,14 +281,15 @@ def compare(entry: Entry, result: Rerun) -> Verification:
     rows, found = entry.episodes, []
     for name in sorted(set(entry.metrics) & result.metrics):
         m = entry.metrics[name]
+        problems += _undefined_mismatch(name, rows, result)
         found.append(check_statistic(name, rows.values[name], result.values[name]))
         controls = rows.controls.get(name)
         if controls is not None:
             found.append(check_statistic(f"{name}.control", controls, result.controls[name]))
             baseline = checks.leakage_baseline(m, controls, rows.references.get(name, {}))
             found.append(check_statistic(
-                f"{name}.leakage", [v - b for v, b in zip(rows.values[name], baseline)],
-                [v - c for v, c in zip(result.values[name], result.controls[name])]))
+                f"{name}.leakage", checks.paired(rows.values[name], baseline),
+                checks.paired(result.values[name], result.controls[name])))
         entry_refs, rerun_refs = rows.references.get(name, {}), result.references.get(name, {})
         for ref, ref_rows in sorted(entry_refs.items()):
             if ref in rerun_refs:
@@ -288,10 +297,20 @@ def compare(entry: Entry, result: Rerun) -> Verification:
         best, prior_rows = checks.best_prior_rows(m, entry_refs)
         if best is not None and best in rerun_refs:
             found.append(check_statistic(
-                f"{name}.prior_leakage", [v - p for v, p in zip(rows.values[name], prior_rows)],
-                [v - p for v, p in zip(result.values[name], rerun_refs[best])]))
+                f"{name}.prior_leakage", checks.paired(rows.values[name], prior_rows),
+                checks.paired(result.values[name], rerun_refs[best])))
         found += _failed_frames(name, m.failed_frames, rows.failed_frames.get(name), result, problems)
     return Verification(entry, result.ids, tuple(found), tuple(problems))
+
+
+def _undefined_mismatch(name: str, rows: Any, result: Rerun) -> list[str]:
+    """A metric is undefined on an episode by its truth alone, so the re-run must leave it undefined on exactly
+    the re-run episodes where the entry holds null (a null cannot hide a bad value, nor a value fill a null)."""
+    index = {e: i for i, e in enumerate(rows.ids)}
+    entry = checks.as_values(rows.values[name])
+    bad = [e for e, v in zip(result.ids, checks.as_values(result.values[name]))
+           if e in index and bool(np.isnan(v)) != bool(np.isnan(entry[index[e]]))]
+    return [f"metric {name}: defined in the entry but not in the re-run (or the reverse) on {', '.join(bad)}"] if bad else []
 
 
 def _failed_frames(name: str, total: int, per_episode: list[int] | None, result: Rerun,
