@@ -19,6 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from headline_leakage import finite  # noqa: E402  one rule for strict JSON in both committed result sets
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data"
 
@@ -58,17 +61,6 @@ def trim(grid: dict) -> dict:
                                                "n_seeds", "dp_epsilon_per_step")}
                for k, v in grid.get("utility", {}).items()}
     return {"config": grid["config"], "cells": cells, "utility": utility}
-
-
-def finite(value):
-    """NaN and infinities as null, so the committed file is strict JSON."""
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [finite(v) for v in value]
-    return value
 
 
 def run_one(name: str, threads: int) -> int:
