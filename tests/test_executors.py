@@ -152,7 +152,7 @@ def test_an_attack_from_a_file_runs_on_ray_workers(ray_cluster, tmp_path):
         "class FileClosedForm(ClosedFormAction):\n"
         "    name = 'file_closed_form'\n"
         "    def fit(self, victim, auxiliary):\n"
-        "        self.fitted = 42  # state set on the driver must reach the workers\n"
+        "        self.fitted = 42  # a fitted state must be there on every worker (each fits once)\n"
         "    def reconstruct(self, episode, victim):\n"
         "        assert self.fitted == 42\n"
         "        return super().reconstruct(episode, victim)\n")

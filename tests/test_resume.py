@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import h5py
 import numpy as np
@@ -75,13 +75,18 @@ def test_a_sigkilled_run_resumes_to_identical_results(tmp_path, cache_dir):
     (own / f"{tag}-block_at").write_text("episode-0003")
     env = dict(os.environ)
     out = tmp_path / "run"
+    # wait for an event (episode 3 inside its reconstruct), not for a time: the plug-in opens this FIFO for
+    # writing when it blocks, which wakes the select below (bounded, so a broken run cannot hang the suite)
+    os.mkfifo(blocked)
+    os.chmod(blocked, 0o666)  # the sealed plug-in runs as nobody
+    reader = os.open(blocked, os.O_RDONLY | os.O_NONBLOCK)
     proc = _cli([*args, "--out", str(out)], env)
     rows_log = out / STATE_DIR / "rows.jsonl"
-    # wait for an event (episode 3 inside its reconstruct), not for a time
-    deadline = time.monotonic() + 240
-    while not blocked.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert blocked.exists(), proc.stderr.read() if proc.poll() is not None else "episode 3 never started"
+    try:
+        ready, _, _ = select.select([reader], [], [], 240)
+    finally:
+        os.close(reader)
+    assert ready, proc.stderr.read() if proc.poll() is not None else "episode 3 never started"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     done_before = len(read_log(rows_log)[0])

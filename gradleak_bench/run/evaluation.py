@@ -308,11 +308,8 @@ class _Run:
         if remote and self.fresh is not None:
             raise GradleakError("fresh-layout scoring runs on the local executor only (its truth never leaves the "
                                 "scorer's process)")
-        blob = None
-        if remote and self.context.attack.has("fit"):
-            blob = plugin_step(self.context.attack, "export", lambda: self.context.attack.call("export")[1]["blob"])
         units = plan_units([(i, self.episode_ids[i], self.seeds[i]) for i in todo], self.config.shard_size)
-        worker = EpisodeWorker(self.config, self.dataset.config, self.dataset.identity, key, self.context, blob,
+        worker = EpisodeWorker(self.config, self.dataset.config, self.dataset.identity, key, self.context,
                                tuple(str(p) for p in self.hidden))
         if remote:
             worker.context = None  # a Ray worker builds its own, with its own sealed plug-in processes

@@ -30,14 +30,7 @@ class Host:
         from gradleak_bench import plugins
 
         self.kind = h["kind"]
-        if "blob" in a:  # a fitted attack exported by another plug-in process of this run (Ray workers)
-            # Unpickled only here, inside the plug-in's own sandbox, from the same plug-in's export: it can run
-            # no code the plug-in could not run anyway. The scorer never unpickles it, and it is never a file.
-            import pickle
-
-            self.plugin = pickle.loads(a["blob"].tobytes())
-        else:
-            self.plugin = plugins.load(self.kind, h["reference"], h.get("params") or {})
+        self.plugin = plugins.load(self.kind, h["reference"], h.get("params") or {})
         from gradleak_bench.hooks import capabilities
 
         methods = capabilities(self.plugin)
@@ -106,13 +99,6 @@ class Host:
 
         return guarantees(self.plugin, int(h["n_actions"])), {}
 
-    def export(self, h: dict, a: dict) -> tuple[dict, dict]:
-        import cloudpickle
-
-        module = sys.modules.get(type(self.plugin).__module__)
-        if module is not None and module.__name__.startswith("gradleak_bench_user_plugin_"):
-            cloudpickle.register_pickle_by_value(module)
-        return {}, {"blob": np.frombuffer(cloudpickle.dumps(self.plugin), dtype=np.uint8)}
 
 
 def _stream(arrays: dict) -> Any:
@@ -129,8 +115,7 @@ def serve(fd_in: int, fd_out: int) -> None:
     host = Host()
     handlers = {"load": host.load, "victim": host.victim_, "supports": host.supports, "check": host.check,
                 "fit": host.fit, "reconstruct": host.reconstruct, "begin": host.begin,
-                "report_actions": host.report_actions, "release": host.release, "guarantees": host.guarantees,
-                "export": host.export}
+                "report_actions": host.report_actions, "release": host.release, "guarantees": host.guarantees}
     while True:
         try:
             header, arrays = wire.recv(fd_in)

@@ -205,7 +205,7 @@ class PluginProcess:
     error comes back as :class:`PluginFailure`, a dead process as :class:`PluginCrashed`."""
 
     def __init__(self, kind: str, reference: str, params: dict[str, Any], sealed: bool,
-                 hidden: Iterable[Path] = (), blob: np.ndarray | None = None):
+                 hidden: Iterable[Path] = ()):
         reference = absolute_file_reference(reference)  # the sealed process runs in its own /tmp
         self.kind, self.reference, self.sealed = kind, reference, sealed
         self._proc: subprocess.Popen | None = None
@@ -215,12 +215,12 @@ class PluginProcess:
         load = {"op": "load", "kind": kind, "reference": reference, "params": params}
         if sealed:
             self._start(hidden)
-            self._send(load, {} if blob is None else {"blob": blob})  # answered while the scorer loads its data
+            self._send(load, {})  # answered while the scorer loads its data
         else:
             from gradleak_bench.run.host import Host
 
             self._local = Host()
-            self._load_request = (load, {} if blob is None else {"blob": blob})
+            self._load_request = (load, {})
 
     def _start(self, hidden: Iterable[Path]) -> None:
         require_isolation(f"the {self.kind} {self.reference!r}")

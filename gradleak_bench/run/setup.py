@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from gradleak_bench.errors import GradleakError
 from gradleak_bench.run.config import EvaluateConfig
@@ -15,10 +14,9 @@ from gradleak_bench.victims.checkpoint import LoadedVictim
 from gradleak_bench.victims.policies import env_spaces
 
 
-def start_plugins(config: EvaluateConfig, hidden: list[Path],
-                  blob: np.ndarray | None = None) -> tuple[PluginProcess, PluginProcess | None]:
+def start_plugins(config: EvaluateConfig, hidden: list[Path]) -> tuple[PluginProcess, PluginProcess | None]:
     """The run's plug-in processes (the defense none needs none: it releases the exact gradients)."""
-    attack = PluginProcess("attack", config.attack, dict(config.attack_params), config.sealed, hidden, blob)
+    attack = PluginProcess("attack", config.attack, dict(config.attack_params), config.sealed, hidden)
     defense = None
     if config.defense != "none" or config.defense_params:
         try:

@@ -6,10 +6,11 @@ which order, or whether the run was resumed.
 
 :class:`EpisodeWorker` is the unit function. On the local executor it holds the driver's live context (the
 scorer's dataset and gradient engine, and the run's plug-in processes). Sent to a Ray worker it travels as its
-config and, for an attack with ``fit``, the fitted attack as an opaque blob exported by the driver's attack
-process (never unpickled by a scorer: only by the plug-in process it is loaded into). The Ray worker rebuilds
+config only: nothing executable (no pickled attack) is ever sent to a plug-in process. The Ray worker rebuilds
 once per worker process the victim, the gradient engine and the dataset (from its cache, checked against the
-driver's sha256), and starts its own sealed plug-in processes, which live as long as that worker process.
+driver's split identity), and starts its own sealed plug-in processes, which live as long as that worker
+process; an attack with ``fit`` fits there once, on its own auxiliary data (an attack that learns keeps its
+result in the artifact cache, so on one machine the workers load what the driver trained).
 """
 from __future__ import annotations
 
@@ -38,10 +39,10 @@ class EpisodeWorker:
     only from a local worker (the driver's controls use it instead of reading it again)."""
 
     def __init__(self, config: Any, dataset_config: Any, dataset_identity: str, key: str, context: Any,
-                 blob: np.ndarray | None = None, hidden: tuple[str, ...] = ()):
+                 hidden: tuple[str, ...] = ()):
         self.config, self.dataset_config, self.dataset_identity, self.key = config, dataset_config, dataset_identity, key
         self.context = context
-        self.blob, self.hidden = blob, hidden
+        self.hidden = hidden
         self.metric_names = [m.name for m in context.metrics]
         # the scorer's gradient-free references (project code, fitted on train layouts) travel as objects
         self.references = list(getattr(context, "references", []))
@@ -71,7 +72,7 @@ class EpisodeWorker:
         if self.cache:  # the driver's cache: the dataset is found there on a single machine
             os.environ["GRADLEAK_BENCH_CACHE"] = self.cache
         cfg = self.config
-        attack, defense = start_plugins(cfg, [*map(_path, self.hidden)], self.blob)
+        attack, defense = start_plugins(cfg, [*map(_path, self.hidden)])
         victim = load_victim(cfg.task, cfg.victim, cfg.checkpoint)
         gradients = make_gradients(cfg, victim)
         path = datasets.default_path(self.dataset_config)
@@ -91,6 +92,10 @@ class EpisodeWorker:
             raise GradleakError(f"the worker selected metrics {[m.name for m in metrics]}, the driver "
                                 f"{self.metric_names}: run every node with the same gradleak-bench version")
         n_actions = send_victim([attack, defense], victim, gradients)
+        if attack.has("fit"):  # its own fit, in its own sealed process: no fitted object crosses processes
+            from gradleak_bench.run.setup import plugin_step
+
+            plugin_step(attack, "fit", lambda: attack.call("fit"))
         return Context(dataset, gradients, metrics, attack, defense, cfg.defense, n_actions, self.references)
 
     def __call__(self, unit: Unit) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None, Any]]:
