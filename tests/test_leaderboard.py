@@ -487,7 +487,8 @@ def test_a_plugin_patching_the_verifier_does_not_change_the_verdict(tmp_path):
     (folder / data["attack_code"]["file"]).write_text(PATCHING_ATTACK)
     path = folder / "useless__ppo-init.json"
     path.write_text(json.dumps(data))
-    verification = verify_file(path, episodes=4, fresh_layouts=2, priors=False)
+    # 4 fresh layouts (a secret seed each run): with 2, their spread alone can make the tolerance wider than the drop
+    verification = verify_file(path, episodes=4, fresh_layouts=4, priors=False)
     assert verify_module.check_statistic is before  # nothing of the plug-in ran in this process
     assert not verification.ok
     assert any(f.startswith("action_accuracy:") for f in verification.failures()), verification.failures()
