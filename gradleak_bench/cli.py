@@ -320,6 +320,7 @@ def train_defense_cmd(
     seed: Optional[int] = typer.Option(None, help="training seed for both runs (default: the victim's)"),
     defense_param: list[str] = typer.Option([], "--defense-param", "-D", help="defense parameter KEY=VALUE (repeatable)"),
     eval_episodes: int = typer.Option(24, help="val episodes for success rate and return"),
+    start: str = typer.Option("init", help="weights both runs start from: init, or trained (fine-tune the victim's trained checkpoint, as a federated client would)"),
     out: Optional[Path] = typer.Option(None, help="also write OUT/train_defense.json"),
 ) -> None:
     """What a defense costs the agent: train the victim on the train layouts with the defense applied to its
@@ -335,8 +336,8 @@ def train_defense_cmd(
     from gradleak_bench.victims.defended import train_defense
 
     report = train_defense(defense, plugins.parse_params(defense_param), task=task, victim=victim, budget=budget,
-                           seed=seed, eval_episodes=eval_episodes, out=out)
-    table = Table(title=f"{report['task']}/{report['victim']}, {report['budget']} steps, seed {report['seed']}: "
+                           seed=seed, eval_episodes=eval_episodes, out=out, start=start)
+    table = Table(title=f"{report['task']}/{report['victim']}, {report['budget']} steps from {start}, seed {report['seed']}: "
                         f"defense {report['defense']['name']} {report['defense']['params']}")
     for col in ("run", "val success", "val return", "steps/s"):
         table.add_column(col)
@@ -362,6 +363,7 @@ def grid(
     utility_budget: Optional[int] = typer.Option(None, help="train-defense budget in environment steps per setting (default: no utility runs)"),
     utility_eval_episodes: int = typer.Option(24, help="val episodes of each utility run"),
     utility_seeds: int = typer.Option(1, help="training seeds per setting (seed, seed+1, ...): the table and plot show mean ± sd"),
+    utility_start: str = typer.Option("init", help="weights the utility runs start from: init, or trained (fine-tuning)"),
     attack_param: list[str] = typer.Option([], "--attack-param", "-A", help="ATTACK.KEY=VALUE (repeatable), e.g. inverting_gradients.preset=quick"),
     out: Path = typer.Option(Path("runs/grid"), help="output folder (cells/, grid.md, grid.csv, privacy_utility_*.png)"),
     executor: str = typer.Option("local", help="local (default) or ray: cells and utility runs as Ray tasks"),
@@ -392,7 +394,8 @@ def grid(
     config = GridConfig(
         attacks=tuple(attack) or None, settings=tuple(DefenseSetting.parse(s) for s in setting) or STANDARD_SETTINGS,
         targets=tuple(targets) or STANDARD_TARGETS, checkpoint=checkpoint, split=split, episodes=episodes, seed=seed,
-        utility_budget=utility_budget, utility_eval_episodes=utility_eval_episodes, utility_seeds=utility_seeds, out=str(out),
+        utility_budget=utility_budget, utility_eval_episodes=utility_eval_episodes, utility_seeds=utility_seeds,
+        utility_start=utility_start, out=str(out),
         executor=executor, ray_address=ray_address, attack_params=params,
     )
     result = run_grid(config)

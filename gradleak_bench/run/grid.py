@@ -107,6 +107,8 @@ class GridConfig:
     utility_eval_episodes: int = 24
     # Training seeds per setting (seed, seed + 1, ...): val return varies a lot across seeds at small budgets.
     utility_seeds: int = 1
+    # The weights utility runs start from: ``init`` (training from scratch) or ``trained`` (fine-tuning).
+    utility_start: str = "init"
     out: str = "runs/grid"
     executor: str = "local"
     ray_address: str | None = None
@@ -175,15 +177,15 @@ def run_cell(cell: Cell) -> dict[str, Any]:
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
 
 
-def run_utility(unit: tuple[str, str, DefenseSetting, int, int, int]) -> dict[str, Any]:
+def run_utility(unit: tuple[str, str, DefenseSetting, int, int, int, str]) -> dict[str, Any]:
     """One defense setting's utility: ``train-defense`` (cached), or its error (a Ray-able unit)."""
     from gradleak_bench.victims.defended import train_defense
 
-    task, victim, setting, budget, eval_episodes, seed = unit
+    task, victim, setting, budget, eval_episodes, seed, start = unit
     try:
         return {"status": "ok", "report": train_defense(setting.defense, dict(setting.params), task=task, victim=victim,
                                                         budget=budget, seed=seed, eval_episodes=eval_episodes,
-                                                        progress=False)}
+                                                        progress=False, start=start)}
     except GradleakError as exc:
         return {"status": "failed", "error": str(exc)}
 
@@ -272,7 +274,7 @@ def run_grid(config: GridConfig, progress: bool = True) -> dict[str, Any]:
     utilities: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     if config.utility_seeds < 1:
         raise GradleakError(f"utility_seeds must be at least 1, got {config.utility_seeds}")
-    units = [(task, victim, s, config.utility_budget, config.utility_eval_episodes, config.seed + k)
+    units = [(task, victim, s, config.utility_budget, config.utility_eval_episodes, config.seed + k, config.utility_start)
              for task, victim in config.targets for s in config.settings
              for k in range(config.utility_seeds)] if config.utility_budget else []
     with get_executor(config.executor, address=config.ray_address) as executor:

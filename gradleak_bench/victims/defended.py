@@ -411,9 +411,11 @@ def undefended(spec: VictimSpec, eval_episodes: int, progress: bool = True) -> d
 
 def train_defense(defense: str, params: dict[str, Any] | None = None, task: str = "PointNav",
                   victim: str | None = None, budget: int | None = None, seed: int | None = None,
-                  eval_episodes: int = 24, out: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+                  eval_episodes: int = 24, out: str | Path | None = None, progress: bool = True,
+                  start: str = "init") -> dict[str, Any]:
     """Train ``victim`` on the train layouts with ``defense`` on its real updates, and the undefended victim
-    with the same budget and seed; report both on val.
+    with the same budget and seed; report both on val. ``start="trained"`` fine-tunes the victim's trained
+    checkpoint instead of training from ``init`` (both runs).
 
     Invalid defense parameters fail here, before any training. Both runs are resumable and cached by config
     hash (victim spec with budget and seed, defense name, parameters and code). Returns the report, also
@@ -421,7 +423,7 @@ def train_defense(defense: str, params: dict[str, Any] | None = None, task: str 
     """
     params = dict(params or {})
     defense_obj = plugins.load("defense", defense, params)
-    spec = with_budget(get_victim(task, victim), budget, seed)
+    spec = with_budget(get_victim(task, victim), budget, seed, start)
     if isinstance(defense_obj, Checks):  # victim-dependent parameters (layer names), before any training
         defense_obj.check(_public_info(spec))
     identity = defense_identity(defense, params, defense_obj)
@@ -441,7 +443,7 @@ def train_defense(defense: str, params: dict[str, Any] | None = None, task: str 
                     "relabelled_actions": hooks.relabelled, "val": success_rate(spec, model.policy, eval_episodes)}
         save_checkpoint(model.policy, spec, "defended", directory, {"defense": identity, **defended})
         report = {"format": REPORT_FORMAT, "task": spec.task, "victim": spec.name, "budget": spec.train.total_timesteps,
-                  "seed": spec.train.seed, "config_hash": key, "victim_config_hash": spec.config_hash(),
+                  "seed": spec.train.seed, "start": spec.train.start, "config_hash": key, "victim_config_hash": spec.config_hash(),
                   "defense": identity, "defended": defended, **training_epsilon(defense_obj, spec, hooks, n_actions)}
     base = undefended(spec, eval_episodes, progress)
     report["undefended"] = {"timesteps": base["timesteps"], "train_seconds": base["train_seconds"],

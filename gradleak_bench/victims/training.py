@@ -18,12 +18,13 @@ from stable_baselines3.common.callbacks import BaseCallback
 from gradleak_bench.errors import GradleakError
 from gradleak_bench.paths import atomic_write_bytes
 from gradleak_bench.tasks import get_task
-from gradleak_bench.victims.checkpoint import cached_dir, save_checkpoint
+from gradleak_bench.victims.checkpoint import cached_dir, load_victim, save_checkpoint
 from gradleak_bench.victims.continuous_rollout import ContinuousActor, random_action
 from gradleak_bench.victims.policies import PolicyActor, algorithm_class, build_policy, resolve_policy_kwargs
 from gradleak_bench.victims.zoo import VictimSpec, get_victim
 
 CHUNK_STEPS = 4096
+TRAINING_STARTS = ("init", "trained")
 
 
 def _save_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:
@@ -92,15 +93,30 @@ def _make_model(spec: VictimSpec) -> Any:
     algo = algorithm_class(spec.algo)
     model = algo(spec.policy, env, seed=spec.train.seed, device="cpu", verbose=0,
                  policy_kwargs=resolve_policy_kwargs(spec.policy_kwargs), **spec.train.hyperparams)
-    model.policy.load_state_dict(build_policy(spec).state_dict())
+    model.policy.load_state_dict(_start_weights(spec))
     if spec.algo == "dqn":
         model.policy.q_net_target.load_state_dict(model.policy.q_net.state_dict())
     return model
 
 
-def with_budget(spec: VictimSpec, budget: int | None = None, seed: int | None = None) -> VictimSpec:
-    """``spec`` with another training budget and/or training seed (and so another config hash)."""
+def _start_weights(spec: VictimSpec) -> dict[str, torch.Tensor]:
+    """The weights training starts from (``spec.train.start``): the seeded ``init``, or the victim's committed
+    ``trained`` checkpoint (verified against the zoo's spec and its sha256 by :func:`load_victim`). SB3's
+    optimiser starts fresh either way: a checkpoint holds weights only, as a shared federated model would."""
+    if spec.train.start == "init":
+        return build_policy(spec).state_dict()
+    return load_victim(spec.task, spec.name, spec.train.start).policy.state_dict()
+
+
+def with_budget(spec: VictimSpec, budget: int | None = None, seed: int | None = None,
+                start: str | None = None) -> VictimSpec:
+    """``spec`` with another training budget, training seed and/or starting checkpoint (``init`` or
+    ``trained``), and so another config hash."""
     train = spec.train
+    if start is not None:
+        if start not in TRAINING_STARTS:
+            raise GradleakError(f"training can start from {' or '.join(TRAINING_STARTS)}, got {start!r}")
+        train = dataclasses.replace(train, start=start)
     if budget is not None:
         if budget < 1:
             raise GradleakError(f"the training budget must be at least 1 environment step, got {budget}")

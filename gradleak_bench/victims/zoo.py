@@ -28,6 +28,9 @@ class TrainSpec:
     seed: int
     hyperparams: dict[str, Any] = field(default_factory=dict)
     env_kwargs: dict[str, Any] = field(default_factory=dict)  # training-only env options (reward shaping)
+    # The weights training starts from: ``init`` (the seeded initialisation) or ``trained`` (the victim's committed
+    # trained checkpoint: federated fine-tuning of a shared model, what the PointNav frontier measures).
+    start: str = "init"
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,12 @@ class VictimSpec:
         return f"{self.task}/{self.name}"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if d["train"]["start"] == "init":
+            # Left out at its default so that every spec's config hash (and so every committed checkpoint and
+            # official split) is what it was before fine-tuning existed.
+            del d["train"]["start"]
+        return d
 
     def config_hash(self) -> str:
         """sha256 of what determines the weights (the spec minus its description): caches and checkpoints are

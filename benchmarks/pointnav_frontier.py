@@ -1,0 +1,240 @@
+"""The PointNav privacy-utility frontier, resolved over training seeds (issue 19, item 4).
+
+**Utility** is what a defense costs federated fine-tuning of the shared PointNav PPO victim: every setting
+fine-tunes the committed ``trained`` checkpoint (NatureCNN, 604k parameters, the TRACE victim and the
+leaderboard's headline) for ``--budget`` environment steps with the defense on its real updates
+(``train-defense --start trained``), beside the undefended fine-tuning with the same seed, and both are
+scored on the val layouts. Training PointNav PPO from scratch takes 150k steps (22 min a run here) to beat
+a random policy (30% vs 12.5% success), so 21 settings x 3 seeds from scratch would be ~23 CPU-hours on this
+2-core machine; a fine-tuning round from the shared checkpoint is the client's real situation in federated
+RL and costs minutes. (The compact victim does not learn PointNav within its 20k steps: 2.5% success.)
+
+**Leakage** is the same checkpoint's released gradient behind the same setting, from the committed grid
+``docs/data/grid_pointnav_closed_form.json`` (closed-form action attack, 48 held-out episodes, leakage over
+the best gradient-free prior with its 95% bootstrap CI).
+
+Each (setting, seed) run is one JSON in ``docs/data/frontier/runs/``, written when it finishes and skipped
+when the script runs again, so the frontier is resumable across machines and sessions (the victims' own
+progress is also cached by config hash while a run is under way). ``--report`` aggregates what has
+finished into ``docs/data/frontier/pointnav_ppo.json`` and the plot ``docs/img/frontier_pointnav_ppo.png``:
+per setting, mean and sample sd over seeds of the val return, the cost paired by seed against the
+undefended run with a 95% t-interval over seeds, and whether that interval excludes zero ("resolved beyond
+seed noise").
+
+    OMP_NUM_THREADS=1 python benchmarks/pointnav_frontier.py            # run what is missing, then report
+    python benchmarks/pointnav_frontier.py --report                      # only aggregate and plot
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "docs" / "data" / "frontier"
+RUNS = DATA / "runs"
+LEAKAGE_GRID = ROOT / "docs" / "data" / "grid_pointnav_closed_form.json"
+PLOT = ROOT / "docs" / "img" / "frontier_pointnav_ppo.png"
+
+CONFIG = {"task": "PointNav", "victim": "ppo", "start": "trained", "budget": 8192, "eval_episodes": 40,
+          "seeds": [0, 1, 2], "threads": 1}
+
+
+def settings() -> list[Any]:
+    """The grid's 21 standard settings, cheapest training path first (``mean``, then ``norms``, then the
+    literal per-sample path), so that an interrupted run has finished the most settings at every seed."""
+    from gradleak_bench import plugins
+    from gradleak_bench.run.grid import STANDARD_SETTINGS
+    from gradleak_bench.victims.defended import declared_path
+
+    order = {"mean": 0, "norms": 1, "per_sample": 2}
+    first = ("none", "dp_sgd")  # the undefended reference and the formal-guarantee settings lead within a path
+    return sorted(STANDARD_SETTINGS, key=lambda s: (order[declared_path(plugins.load("defense", s.defense, dict(s.params)))],
+                                                    s.defense not in first))
+
+
+def training_params(setting: Any) -> dict[str, Any]:
+    """The setting's parameters for training: noise defenses draw their minibatch noise as the one equivalent
+    draw (``train_noise=mean``: the mean update has the same distribution, docs/defenses.md; the literal
+    per-sample draws cost ~14x more per update). Evaluation (the leakage axis) always releases per-step noise."""
+    import inspect
+
+    from gradleak_bench import plugins
+
+    params = dict(setting.params)
+    if "train_noise" in inspect.signature(type(plugins.load("defense", setting.defense, params)).__init__).parameters:
+        params["train_noise"] = "mean"
+    return params
+
+
+def run_file(label: str, seed: int) -> Path:
+    return RUNS / f"{re.sub(r'[^A-Za-z0-9_.=-]+', '_', label)}__seed{seed}.json"
+
+
+def run_missing(limit_minutes: float | None) -> None:
+    import torch
+
+    from gradleak_bench.victims.defended import train_defense
+
+    torch.set_num_threads(CONFIG["threads"])
+    RUNS.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    todo = [(s, seed) for s in settings() for seed in CONFIG["seeds"] if not run_file(s.label, seed).is_file()]
+    print(f"{len(todo)} runs to go", flush=True)
+    for setting, seed in todo:
+        if limit_minutes is not None and time.monotonic() - started > 60 * limit_minutes:
+            print(f"stopping after {limit_minutes} min; re-run to continue", flush=True)
+            return
+        load_before, t0 = os.getloadavg()[0], time.monotonic()
+        cpu0 = time.process_time()
+        params = training_params(setting)
+        report = train_defense(setting.defense, params, task=CONFIG["task"], victim=CONFIG["victim"],
+                               budget=CONFIG["budget"], seed=seed, eval_episodes=CONFIG["eval_episodes"],
+                               progress=False, start=CONFIG["start"])
+        record = {
+            "setting": setting.label, "training_params": params, "seed": seed, "config": {k: v for k, v in CONFIG.items() if k != "seeds"},
+            "defended": report["defended"], "undefended": report["undefended"],
+            "dp_epsilon_per_step": report.get("dp_epsilon_per_step"),
+            "config_hash": report["config_hash"], "victim_config_hash": report["victim_config_hash"],
+            "process_wall_seconds": round(time.monotonic() - t0, 1),
+            "process_cpu_seconds": round(time.process_time() - cpu0, 1),
+            "load_average_before": load_before, "load_average_after": os.getloadavg()[0],
+        }
+        run_file(setting.label, seed).write_text(json.dumps(record, indent=1, default=float) + "\n")
+        print(f"{setting.label} seed {seed}: val return {report['defended']['val']['mean_return']:.3f} "
+              f"(undefended {report['undefended']['val']['mean_return']:.3f}), {record['process_wall_seconds']} s",
+              flush=True)
+
+
+def t_interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean and 95% Student-t interval over seeds (NaN bounds for fewer than two)."""
+    import numpy as np
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return mean, mean - half, mean + half
+
+
+def leakage_by_setting() -> dict[str, dict[str, Any]]:
+    grid = json.loads(LEAKAGE_GRID.read_text())
+    out = {}
+    for cell in grid["cells"]:
+        if (cell["victim"], cell["checkpoint"], cell["status"]) == (CONFIG["victim"], "trained", "ok"):
+            m = cell["metrics"]["action_accuracy"]
+            out[cell["setting"]] = {"metric": "action_accuracy", "best_prior": m["best_prior"],
+                                    **{k: m["prior_leakage"][k] for k in ("mean", "ci_low", "ci_high")}}
+    return out
+
+
+def report() -> dict[str, Any]:
+    import numpy as np
+
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for f in sorted(RUNS.glob("*.json")):
+        r = json.loads(f.read_text())
+        runs.setdefault(r["setting"], []).append(r)
+    leakage = leakage_by_setting()
+    rows = []
+    for s in settings():
+        rs = sorted(runs.get(s.label, []), key=lambda r: r["seed"])
+        if not rs:
+            rows.append({"setting": s.label, "n_seeds": 0, "leakage": leakage.get(s.label)})
+            continue
+        ret = [r["defended"]["val"]["mean_return"] for r in rs]
+        succ = [r["defended"]["val"]["success_rate"] for r in rs]
+        base = [r["undefended"]["val"]["mean_return"] for r in rs]
+        cost_mean, cost_low, cost_high = t_interval([b - d for b, d in zip(base, ret)])
+        rows.append({
+            "setting": s.label, "n_seeds": len(rs), "seeds": [r["seed"] for r in rs],
+            "val_return": float(np.mean(ret)), "val_return_sd": float(np.std(ret, ddof=1)) if len(rs) > 1 else math.nan,
+            "val_success": float(np.mean(succ)),
+            "undefended_val_return": float(np.mean(base)),
+            "cost": {"mean": cost_mean, "ci_low": cost_low, "ci_high": cost_high},
+            "cost_resolved": bool(cost_low > 0 or cost_high < 0) if len(rs) > 1 else False,
+            "dp_epsilon_per_step": rs[0].get("dp_epsilon_per_step"),
+            "train_seconds_defended": [r["defended"]["train_seconds"] for r in rs],
+            "load_average": [r["load_average_before"] for r in rs],
+            "leakage": leakage.get(s.label),
+        })
+    done = [r for r in rows if r["n_seeds"]]
+    pareto = pareto_front(done)
+    for i, r in enumerate(done):
+        r["on_frontier"] = i in pareto
+    result = {"config": CONFIG, "command": "OMP_NUM_THREADS=1 python benchmarks/pointnav_frontier.py",
+              "leakage_source": str(LEAKAGE_GRID.relative_to(ROOT)), "rows": rows,
+              "finished_runs": sum(r["n_seeds"] for r in rows),
+              "planned_runs": len(rows) * len(CONFIG["seeds"])}
+    DATA.mkdir(parents=True, exist_ok=True)
+    (DATA / "pointnav_ppo.json").write_text(json.dumps(result, indent=1, default=float, allow_nan=True) + "\n")
+    plot(done, pareto)
+    return result
+
+
+def pareto_front(rows: list[dict[str, Any]]) -> set[int]:
+    """Settings no other setting beats on both axes (more utility and less leakage)."""
+    points = [(r["val_return"], r["leakage"]["mean"] if r.get("leakage") else math.nan) for r in rows]
+    front = set()
+    for i, (u, l) in enumerate(points):
+        if math.isnan(l):
+            continue
+        if not any(u2 >= u and l2 <= l and (u2, l2) != (u, l) for j, (u2, l2) in enumerate(points) if j != i and not math.isnan(l2)):
+            front.add(i)
+    return front
+
+
+def plot(rows: list[dict[str, Any]], pareto: set[int]) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 5.2))
+    for i, r in enumerate(rows):
+        if not r.get("leakage"):
+            continue
+        lk = r["leakage"]
+        yerr = [[lk["mean"] - lk["ci_low"]], [lk["ci_high"] - lk["mean"]]]
+        xerr = None if math.isnan(r["val_return_sd"]) else [[r["val_return_sd"]], [r["val_return_sd"]]]
+        ax.errorbar(r["val_return"], lk["mean"], xerr=xerr, yerr=yerr, fmt="o", ms=5, capsize=2,
+                    color="tab:red" if i in pareto else "tab:blue", alpha=0.85)
+        ax.annotate(r["setting"], (r["val_return"], lk["mean"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    front = sorted((rows[i]["val_return"], rows[i]["leakage"]["mean"]) for i in pareto)
+    if front:
+        ax.plot(*zip(*front), color="tab:red", lw=1, label="Pareto frontier")
+    base = [r["undefended_val_return"] for r in rows]
+    if base:
+        ax.axvline(sum(base) / len(base), ls=":", color="gray", label="undefended fine-tuning (mean over seeds)")
+    ax.axhline(0, color="black", lw=0.5)
+    ax.set_xlabel(f"utility: val return after {CONFIG['budget']} fine-tuning steps (mean ± sd over seeds)")
+    ax.set_ylabel("closed-form action leakage over best prior (95% CI)")
+    ax.set_title("PointNav / ppo (trained): privacy-utility frontier")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    PLOT.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(PLOT, dpi=130)
+    plt.close(fig)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--report", action="store_true", help="only aggregate finished runs and plot")
+    parser.add_argument("--limit-minutes", type=float, default=None, help="start no new run after this many minutes")
+    args = parser.parse_args()
+    if not args.report:
+        run_missing(args.limit_minutes)
+    result = report()
+    print(f"{result['finished_runs']} / {result['planned_runs']} runs finished; {DATA / 'pointnav_ppo.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
