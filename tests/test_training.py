@@ -44,3 +44,27 @@ def test_the_published_init_checkpoint_is_the_seeded_initialisation():
     loaded = load_victim("PointNav", "ppo_compact", "init").policy.state_dict()
     for name, value in build_policy(spec).state_dict().items():
         torch.testing.assert_close(loaded[name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_fine_tuning_starts_from_the_trained_checkpoint_and_keys_its_own_cache():
+    """``start="trained"`` (train-defense --start trained, the PointNav frontier) starts SB3 from the committed
+    trained weights, under its own config hash; the default start leaves every victim's hash as it was (the
+    committed checkpoints and official splits are keyed by it)."""
+    import torch
+
+    from gradleak_bench.errors import GradleakError
+    from gradleak_bench.victims.training import _make_model, with_budget
+
+    spec = get_victim("PointNav", "ppo_compact")
+    assert "start" not in spec.to_dict()["train"]  # the default is not part of the hash
+    assert with_budget(spec, start="init").config_hash() == spec.config_hash()
+    tuned = with_budget(spec, budget=256, start="trained")
+    assert tuned.config_hash() not in (spec.config_hash(), with_budget(spec, budget=256).config_hash())
+    trained = load_victim("PointNav", "ppo_compact", "trained").policy.state_dict()
+    model = _make_model(tuned)
+    for name, value in model.policy.state_dict().items():
+        assert torch.equal(value, trained[name]), name
+    init = _make_model(with_budget(spec, budget=256)).policy.state_dict()
+    assert any(not torch.equal(init[n], trained[n]) for n in trained)
+    with pytest.raises(GradleakError, match="init or trained"):
+        with_budget(spec, start="best")
