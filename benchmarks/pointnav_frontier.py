@@ -36,6 +36,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from headline_leakage import finite  # noqa: E402  one rule for strict JSON in every committed result set
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data" / "frontier"
 RUNS = DATA / "runs"
@@ -176,7 +179,7 @@ def report() -> dict[str, Any]:
               "finished_runs": sum(r["n_seeds"] for r in rows),
               "planned_runs": len(rows) * len(CONFIG["seeds"])}
     DATA.mkdir(parents=True, exist_ok=True)
-    (DATA / "pointnav_ppo.json").write_text(json.dumps(result, indent=1, default=float, allow_nan=True) + "\n")
+    (DATA / "pointnav_ppo.json").write_text(json.dumps(finite(result), indent=1, allow_nan=False) + "\n")
     plot(done, pareto)
     return result
 

@@ -549,6 +549,31 @@ def defenses_grid_ap(data: dict) -> str:
                              ("dqn_compact", "qgi", "bbox_iou", "qgi box IoU")))
 
 
+FRONTIER = "docs/data/frontier/pointnav_ppo.json"
+
+
+def frontier_pointnav(data: dict) -> str:
+    """One row per setting: val return after fine-tuning (mean ± sd over seeds), its cost against the
+    undefended fine-tuning paired by seed (95% t-interval over seeds; resolved when it excludes 0), and the
+    closed-form leakage over the best prior of the same checkpoint's release; rows not yet run say so."""
+    header = ["setting", "seeds", "val return (mean ± sd)", "val success", "cost in return [95% CI over seeds]",
+              "cost resolved?", "closed-form leakage over best prior [95% CI]", "on frontier"]
+    rows = []
+    for r in data["rows"]:
+        lk = r.get("leakage")
+        leak = f"{number(lk['mean'], 3)} [{number(lk['ci_low'], 3)}, {number(lk['ci_high'], 3)}]" if lk else "--"
+        if not r["n_seeds"]:
+            rows.append([f"`{r['setting']}`", "0", "not run yet", "", "", "", leak, ""])
+            continue
+        c = r["cost"]
+        sd = "" if r["val_return_sd"] is None else f" ± {number(r['val_return_sd'], 3)}"
+        rows.append([f"`{r['setting']}`", str(r["n_seeds"]), f"{number(r['val_return'], 3)}{sd}",
+                     number(r["val_success"], 3),
+                     f"{number(c['mean'], 3)} [{number(c['ci_low'], 3)}, {number(c['ci_high'], 3)}]",
+                     "**yes**" if r["cost_resolved"] else "no", leak, "yes" if r.get("on_frontier") else ""])
+    return markdown(header, rows)
+
+
 # ------------------------------------------------------------------ registry
 
 TABLES: dict[str, Table] = {
@@ -575,6 +600,7 @@ TABLES: dict[str, Table] = {
     "headline_summary": Table("docs/priors.md", ALL_RUNS, headline_summary),
     "headline_conditions": Table("docs/priors.md", ALL_RUNS, headline_conditions),
     "defenses_grid_pointnav": Table("docs/defenses.md", (GRID_POINTNAV,), defenses_grid_pointnav),
+    "frontier_pointnav": Table("docs/defenses.md", (FRONTIER,), frontier_pointnav),
 }
 
 
