@@ -203,7 +203,7 @@ _BUILTIN = (
                  Action("look_down", "look", degrees=-LOOK_DEG)),
         obs_fields=("rgb",),
         info_fields=("depth", "goal"),
-        victims=("ppo", "a2c", "ppo_compact"),
+        victims=("ppo", "a2c", "ppo_compact", "ppo_84", "a2c_84"),
     ),
     TaskSpec(
         name="ActivePerception",

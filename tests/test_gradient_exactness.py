@@ -221,6 +221,46 @@ def test_on_policy_single_sample_equals_sb3(algo: str, kind: str) -> None:
         _compare(expected, _row(engine(inputs), 0), f"{algo}/{kind}/{path}")
 
 
+@pytest.mark.parametrize("victim_name", ["ppo_84", "a2c_84"])
+def test_84px_zoo_victim_loads_sees_84x84_and_its_gradient_equals_sb3(victim_name: str) -> None:
+    """The TRACE-resolution victims: the committed ``init`` file loads, the env renders 84x84 frames for it,
+    and on such a frame the engine's per-sample gradient of the victim's own loss equals SB3's."""
+    import gradleak_bench  # noqa: F401  (registers the gym ids)
+    from gradleak_bench.victims import load_victim
+
+    victim = load_victim("PointNav", victim_name, "init")
+    assert victim.spec.image_size == 84
+    assert "weights_sha256" in victim.meta, "the committed init checkpoint must be loaded (tools/publish_zoo.py)"
+    env = gym.make("gradleak/PointNav-v0", layouts="test", image_size=victim.spec.image_size)
+    try:
+        frame, _ = env.reset(seed=0)
+    finally:
+        env.close()
+    assert frame.shape == (84, 84, 3) and frame.dtype == np.uint8
+    assert victim.policy.observation_space.shape == (3, 84, 84)
+
+    spec = victim.spec.loss
+    extra = dict(batch_size=1, n_epochs=1, normalize_advantage=False) if spec.algo == "ppo" else {}
+    torch.manual_seed(0)
+    model = ON_POLICY[spec.algo]("CnnPolicy", _TinyEnv(spaces.Box(0, 255, frame.shape, np.uint8)), n_steps=1,
+                                 ent_coef=spec.ent_coef, vf_coef=spec.vf_coef, seed=0, device="cpu",
+                                 max_grad_norm=math.inf, **extra)
+    if spec.algo == "ppo":
+        model.clip_range = lambda _: spec.clip_range
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    model.policy.load_state_dict(victim.policy.state_dict())
+    obs = frame.transpose(2, 0, 1)  # the channel-first layout SB3's buffers hold
+    action, advantage, ret = 1, -0.6, 0.4
+    old_log_prob = float(_current_log_prob(model, obs[None], np.array([action]))[0])
+    expected = _sb3_on_policy_gradient(model, obs, action, advantage, ret, old_log_prob)
+
+    inputs = LossInputs(victim.policy.obs_to_tensor(obs[None])[0], torch.tensor([action]),
+                        advantages=torch.tensor([advantage]), returns=torch.tensor([ret]))
+    for path, fast in (("vmap", False), ("default", True)):
+        _compare(expected, _row(PerSampleGradients(victim.policy, spec, fast=fast)(inputs), 0),
+                 f"{victim_name}/{path}")
+
+
 @pytest.mark.parametrize("kind", ["cnn", "multi", "mlp"])
 def test_dqn_single_sample_equals_sb3(kind: str) -> None:
     model = _make_model("dqn", kind)

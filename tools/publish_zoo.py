@@ -7,11 +7,13 @@
    and checkpoint available, and records its identity in ``envs/splits/v0.json`` under ``datasets`` and its
    episodes (executed actions, float fingerprints) in ``envs/splits/v0/<key>.json`` (docs/tasks.md).
 
-3. ``--protocol trace-windows`` records the datasets of that data protocol (docs/tasks.md, "Data protocols")
-   for the victims named with ``--victim`` (default: every victim of the tasks asked).
+3. ``--protocol trace-windows`` records the datasets of that data protocol (docs/tasks.md, "Data protocols").
+
+``--task`` and ``--victim`` restrict steps 1 and 2 to those tasks' victims / those victims (default: all).
 
 Run: python tools/publish_zoo.py [--skip-checkpoints] [--split test-full --task PointNav] [--resample]
      [--protocol trace-windows --task PointNav --victim ppo --victim a2c]
+     [--task PointNav --victim ppo_84 --victim a2c_84]   (a new victim: its init checkpoint and test split)
 """
 from __future__ import annotations
 
@@ -31,8 +33,11 @@ from gradleak_bench.victims.zoo import VICTIMS
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def publish_checkpoints() -> None:
+def publish_checkpoints(tasks: tuple[str, ...] = (), victims: tuple[str, ...] = ()) -> None:
+    """Publish the checkpoints of every victim of ``tasks`` (default: all) named in ``victims`` (default: all)."""
     for spec in VICTIMS.values():
+        if (tasks and spec.task not in tasks) or (victims and spec.name not in victims):
+            continue
         target = ROOT / "envs" / "checkpoints" / spec.task / spec.name
         # A committed init is never rewritten: on another CPU the seeded initialisation differs in the last
         # bits, and the committed file *is* the checkpoint (its sha256 is part of the split identity).
@@ -107,7 +112,7 @@ def main() -> None:
     parser.add_argument("--victim", action="append", help="only this victim (repeatable)")
     args = parser.parse_args()
     if not args.skip_checkpoints:
-        publish_checkpoints()
+        publish_checkpoints(tuple(args.task or ()), tuple(args.victim or ()))
     splits.manifest.cache_clear()
     splits.split_record.cache_clear()
     record_splits(args.split, tuple(args.task or ()), args.resample, args.protocol, tuple(args.victim or ()))

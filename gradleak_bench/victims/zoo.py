@@ -121,22 +121,39 @@ def _continuous_victims() -> tuple[VictimSpec, ...]:
     return (replace(ppo, task="PointNavContinuous"), sac)
 
 
+TRACE_IMAGE_SIZE = 84
+"""TRACE's camera resolution (and NatureCNN's native Atari size): the ``*_84`` victims."""
+
+
+def _at_trace_resolution(spec: VictimSpec, description: str) -> VictimSpec:
+    """``spec`` at 84x84 under the name ``<name>_84``: the same algorithm, loss, budget and seeds, so a result
+    at 84 differs from the 64x64 victim's by the resolution alone (and the weights that resolution implies:
+    NatureCNN's first linear layer takes 3136 features instead of 1024, so 1.69M parameters instead of 604k)."""
+    return replace(spec, name=f"{spec.name}_{TRACE_IMAGE_SIZE}", image_size=TRACE_IMAGE_SIZE, description=description)
+
+
+_PPO = _ppo("ppo", {}, 150_000, "PPO, SB3 CnnPolicy (NatureCNN, 604k parameters), TRACE's victim")
+_A2C = VictimSpec(
+    task="PointNav", name="a2c", algo="a2c", policy="CnnPolicy", policy_kwargs={},
+    loss=LossSpec(algo="a2c", gamma=0.99, gae_lambda=1.0, ent_coef=0.01, vf_coef=0.5,
+                  advantage_normalization="none"),
+    train=TrainSpec(total_timesteps=300_000, n_envs=4, seed=1, hyperparams=dict(
+        n_steps=16, learning_rate=7e-4, ent_coef=0.01, vf_coef=0.5, gamma=0.99, gae_lambda=1.0,
+        max_grad_norm=0.5), env_kwargs=SHAPED),
+    init_seed=1,  # distinct initial weights from the PPO victim of the same architecture
+    description="A2C, SB3 CnnPolicy (NatureCNN)",
+)
+
 VICTIMS: dict[str, VictimSpec] = {
     spec.key: spec
     for spec in (
-        _ppo("ppo", {}, 150_000, "PPO, SB3 CnnPolicy (NatureCNN, 604k parameters), TRACE's victim"),
+        _PPO,
         _ppo("ppo_compact", {"features_extractor": "CompactCNN", "net_arch": []}, 20_000,
              "PPO with a 2-layer CNN (41k parameters): fast tests"),
-        VictimSpec(
-            task="PointNav", name="a2c", algo="a2c", policy="CnnPolicy", policy_kwargs={},
-            loss=LossSpec(algo="a2c", gamma=0.99, gae_lambda=1.0, ent_coef=0.01, vf_coef=0.5,
-                          advantage_normalization="none"),
-            train=TrainSpec(total_timesteps=300_000, n_envs=4, seed=1, hyperparams=dict(
-                n_steps=16, learning_rate=7e-4, ent_coef=0.01, vf_coef=0.5, gamma=0.99, gae_lambda=1.0,
-                max_grad_norm=0.5), env_kwargs=SHAPED),
-            init_seed=1,  # distinct initial weights from the PPO victim of the same architecture
-            description="A2C, SB3 CnnPolicy (NatureCNN)",
-        ),
+        _A2C,
+        _at_trace_resolution(_PPO, "PPO, SB3 CnnPolicy (NatureCNN, 1.69M parameters) at 84x84: TRACE's victim at "
+                                   "TRACE's resolution"),
+        _at_trace_resolution(_A2C, "A2C, SB3 CnnPolicy (NatureCNN) at 84x84 (TRACE's resolution)"),
         VictimSpec(
             task="ActivePerception", name="dqn", algo="dqn", policy="MultiInputPolicy",
             policy_kwargs={"net_arch": [64, 64]},
