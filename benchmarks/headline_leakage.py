@@ -9,7 +9,7 @@ docs tables from those files.
 Resumable: a run whose file exists with the same command is skipped; an interrupted run resumes from its
 run folder (``runs/headline/NAME``, kept for ``gradleak-bench submit``).
 
-Run: python benchmarks/headline_leakage.py [--only NAME ...] [--group closed_form|images|trace|tsp]
+Run: python benchmarks/headline_leakage.py [--only NAME ...] [--group closed_form|images|trace|tsp|resolution]
      [--threads 1] [--list]
 """
 from __future__ import annotations
@@ -23,6 +23,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from gradleak_bench.victims.zoo import get_victim
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data" / "headline"
@@ -103,6 +105,24 @@ RUN_LIST: tuple[Run, ...] = (
 )
 
 
+def _resolution() -> list[Run]:
+    """TRACE's resolution beside ours (issue 17): the 84x84 victims (``ppo_84``, ``a2c_84``) at ``init`` against
+    the 64x64 ones. Closed form on the whole split (its 64x64 counterparts are the ``closed_form`` runs above);
+    inverting gradients on the first 6 episodes (one per layout: 48 frames) at both resolutions, at its quick
+    budget, because every IG frame costs seconds."""
+    ig = dict(episodes=6, params=("preset=quick",), metrics=IMAGE_METRICS,
+              budget="quick: 100 Adam iterations, 1 restart, TV 0.1")
+    return [
+        *(Run(f"closed_form_PointNav_{victim}_init", "resolution", "closed_form", "PointNav", victim,
+              budget="exact (no iterations)") for victim in ("ppo_84", "a2c_84")),
+        *(Run(f"ig6_PointNav_{victim}_init", "resolution", "inverting_gradients", "PointNav", victim, **ig)
+          for victim in ("ppo", "ppo_84")),
+    ]
+
+
+RUN_LIST += tuple(_resolution())
+
+
 def machine() -> dict:
     return {"cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()]}
 
@@ -175,6 +195,7 @@ def run_one(run: Run, threads: int) -> None:
     run_dir = RUNS / run.name
     results = json.loads((run_dir / "results.json").read_text())
     record = {"command": text, "budget": run.budget, "threads": threads, "wall_seconds": round(wall, 1),
+              "image_size": get_victim(run.task, run.victim).image_size,
               "machine_before": before, "machine_after": machine(),
               "note": "wall time includes dataset and prior fits not cached yet; the machine was shared",
               **trim(results, run_dir)}
