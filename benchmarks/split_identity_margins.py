@@ -13,8 +13,9 @@ the field's tolerance (split_identity.TOLERANCES), in two families:
 It also generates the split on each code path *without* replay, counting episodes whose sampled actions
 differ from the recording (why the official split replays its actions).
 
-Run: python benchmarks/split_identity_margins.py [--victim ppo_compact] [--checkpoint init]
-Writes benchmarks/results/split_identity_margins.json; docs/tasks.md's table is rendered from it.
+Run: python benchmarks/split_identity_margins.py [--victim ppo_compact] [--checkpoint init] [--out FILE]
+Writes benchmarks/results/split_identity_margins.json (docs/tasks.md's table is rendered from it);
+``--victim ppo_84 --out benchmarks/results/split_identity_margins_ppo_84.json``: the 84x84 split's table.
 """
 from __future__ import annotations
 
@@ -134,14 +135,17 @@ def main() -> None:
         def records_of(episodes):
             return [split_identity.episode_record(e) for e in episodes]
 
+        from gradleak_bench.victims.checkpoint import find_checkpoint
+
         init = load_victim(args.task, args.victim, args.checkpoint)
         other_checkpoint = "trained" if args.checkpoint == "init" else "init"
-        changes = {
-            f"{other_checkpoint} checkpoint, same actions": records_of(replayed(load_victim(args.task, args.victim,
-                                                                                          other_checkpoint))),
-            "loss with gamma 0.98, same actions": records_of(replayed(dataclasses.replace(init, spec=dataclasses.replace(
-                init.spec, loss=dataclasses.replace(init.spec.loss, gamma=0.98))))),
-        }
+        changes = {}
+        # A victim whose trained checkpoint is pending (the 84x84 ones) has no other checkpoint to compare with.
+        if find_checkpoint(init.spec, other_checkpoint) is not None:
+            changes[f"{other_checkpoint} checkpoint, same actions"] = records_of(
+                replayed(load_victim(args.task, args.victim, other_checkpoint)))
+        changes["loss with gamma 0.98, same actions"] = records_of(replayed(dataclasses.replace(
+            init, spec=dataclasses.replace(init.spec, loss=dataclasses.replace(init.spec.loss, gamma=0.98)))))
         other_seed = dataclasses.replace(config, seed=1)
         seed_records = records_of(datasets.generate(other_seed, progress=False, replay=False))
         changes["dataset seed 1 (same layouts, other starts)"] = [

@@ -185,6 +185,7 @@ def trace_per_timestep(data: dict) -> str:
 # ------------------------------------------------------------------ split identity (docs/tasks.md)
 
 SPLIT_MARGINS = "benchmarks/results/split_identity_margins.json"
+SPLIT_MARGINS_84 = "benchmarks/results/split_identity_margins_ppo_84.json"  # the 84x84 victim's split
 
 
 def split_identity_margins(data: dict) -> str:
@@ -493,7 +494,35 @@ def headline_summary(*runs: dict) -> str:
     return markdown(header, [row[:2] + [row[2 + i] or "--" for i in keep] for row in rows])
 
 
-ALL_RUNS = CLOSED_FORM_RUNS + INVERSION_RUNS + TRACE_RUNS + TSP_RUNS
+# TRACE's resolution beside ours (benchmarks/headline_leakage.py --group resolution): each 84x84 run after its
+# 64x64 counterpart, every victim at init
+RESOLUTION_CLOSED_FORM_RUNS = headline("closed_form_PointNav_ppo_init", "closed_form_PointNav_ppo_84_init",
+                                       "closed_form_PointNav_a2c_init", "closed_form_PointNav_a2c_84_init")
+RESOLUTION_IG_RUNS = headline("ig6_PointNav_ppo_init", "ig6_PointNav_ppo_84_init")
+RESOLUTION_IG_METRICS = ("action_accuracy", "rgb_psnr", "rgb_psnr_y", "rgb_ssim_y", "rgb_ssim@gauss11")
+
+
+def resolution_table(*runs: dict, only: tuple[str, ...] = ("action_accuracy",)) -> str:
+    """The headline columns with the camera resolution first, and the attack's time per frame (one thread;
+    the load is in each file). Runs recorded before the 84x84 victims existed carry no ``image_size``: they
+    were all at 64."""
+    rows = []
+    for run in runs:
+        size = run.get("image_size", 64)
+        ms = f"{run['ms_per_frame']:.0f}" if isinstance(run.get("ms_per_frame"), (int, float)) else "--"
+        load = f"{run['machine_before']['load_average'][0]:.1f}"
+        for row in headline_rows((run,), only):
+            rows.append([f"{size}x{size}", *row[:-1], f"{row[-1]} ({run['n_frames']} frames)", ms, load])
+    return markdown(["resolution", "attack", "task/victim/checkpoint", *HEADLINE_HEADER[:-1], "episodes (frames)",
+                     "ms / frame", "load at start (2 cores)"], rows)
+
+
+def resolution_inversion(*runs: dict) -> str:
+    return resolution_table(*runs, only=RESOLUTION_IG_METRICS)
+
+
+ALL_RUNS = (CLOSED_FORM_RUNS + INVERSION_RUNS + TRACE_RUNS + TSP_RUNS
+            + tuple(r for r in RESOLUTION_CLOSED_FORM_RUNS + RESOLUTION_IG_RUNS if r not in CLOSED_FORM_RUNS))
 
 
 GRID_POINTNAV = "docs/data/grid_pointnav_closed_form.json"
@@ -592,6 +621,7 @@ TABLES: dict[str, Table] = {
     "calibrated_runs": Table("docs/priors.md", CALIBRATED_RUNS, calibrated_runs),
     "calibrated_qgi": Table("docs/priors.md", CALIBRATED_QGI, calibrated_runs),
     "split_identity_margins": Table("docs/tasks.md", (SPLIT_MARGINS,), split_identity_margins),
+    "split_identity_margins_84": Table("docs/tasks.md", (SPLIT_MARGINS_84,), split_identity_margins),
     "headline_closed_form": Table("docs/closed-form.md", CLOSED_FORM_RUNS, headline_closed_form),
     "headline_tsp": Table("docs/tsp.md", TSP_RUNS, headline_tsp),
     "defenses_grid_ap": Table("docs/defenses.md", (GRID_AP,), defenses_grid_ap),
@@ -601,6 +631,8 @@ TABLES: dict[str, Table] = {
     "headline_conditions": Table("docs/priors.md", ALL_RUNS, headline_conditions),
     "defenses_grid_pointnav": Table("docs/defenses.md", (GRID_POINTNAV,), defenses_grid_pointnav),
     "frontier_pointnav": Table("docs/defenses.md", (FRONTIER,), frontier_pointnav),
+    "resolution_closed_form": Table("docs/trace.md", RESOLUTION_CLOSED_FORM_RUNS, resolution_table),
+    "resolution_inversion": Table("docs/inversion-attacks.md", RESOLUTION_IG_RUNS, resolution_inversion),
 }
 
 
