@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch is imported where a tensor is built: the run starts its plug-in processes before
+    import torch   # the scorer pays for importing torch (docs/evaluate.md, "Speed")
+
     from gradleak_bench.tasks import TaskSpec
 
 IMAGE_FIELDS = ("rgb", "depth")
@@ -101,6 +102,8 @@ class GradientStream:
 
     def flat(self) -> torch.Tensor:
         """All parameters concatenated per step: ``(T, n_params)``."""
+        import torch
+
         return torch.cat([g.reshape(g.shape[0], -1) for g in self.tensors.values()], dim=1)
 
 

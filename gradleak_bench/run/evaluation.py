@@ -14,25 +14,26 @@ import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gradleak_bench import dataset as datasets
+# Nothing imported here loads torch, SB3 or h5py: a run starts its sealed plug-in processes first and imports
+# those (about 2 s of CPU) while the plug-ins import theirs (docs/evaluate.md, "Speed").
 from gradleak_bench.errors import AttackNotApplicableError, GradleakError, PluginContractError, RunStateError
 from gradleak_bench.metrics import select_metrics
 from gradleak_bench.paths import atomic_write_bytes
 from gradleak_bench.records import TRUTH_FIELDS
 from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.fresh import FreshLayouts, generate_fresh
-from gradleak_bench.run.pipeline import Context
 from gradleak_bench.run.sandbox import PluginFailure, PluginProcess
 from gradleak_bench.run.setup import make_gradients, plugin_step, send_victim, start_plugins
 from gradleak_bench.run.scorer import Controls, EpisodeRow, Reference, summarise_metrics
 from gradleak_bench.run.store import RunStore
-from gradleak_bench.run.victim import check_names
 from gradleak_bench.tasks import get_task
-from gradleak_bench.victims.checkpoint import LoadedVictim, load_victim
+
+if TYPE_CHECKING:
+    from gradleak_bench.victims.checkpoint import LoadedVictim
 
 
 @dataclass(frozen=True)
@@ -91,10 +92,14 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     hidden = [cache_dir(), out.resolve()]
-    attack, defense = start_plugins(config, hidden)  # before any truth is loaded
+    attack, defense = start_plugins(config, hidden)  # before any truth is loaded, and before torch is imported
     tracked = None
     try:
         tracked = _start_tracking(config)
+        from gradleak_bench import dataset as datasets
+        from gradleak_bench.run.pipeline import Context
+        from gradleak_bench.victims.checkpoint import load_victim
+
         victim = load_victim(task.name, config.victim, config.checkpoint)
         gradients = make_gradients(config, victim)
         n_actions = send_victim([attack, defense], victim, gradients)
@@ -189,6 +194,8 @@ def _sealing(config: EvaluateConfig, fresh: FreshLayouts | None) -> tuple[Evalua
 
 
 def _attack_fields(attack: PluginProcess) -> tuple[str, ...]:
+    from gradleak_bench.run.victim import check_names
+
     fields = check_names(attack.description.get("fields"), f"attack {attack.reference!r}: fields")
     unknown = [f for f in fields if f not in TRUTH_FIELDS]
     if unknown or not fields:

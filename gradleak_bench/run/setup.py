@@ -1,17 +1,18 @@
-"""Setting a run up: its gradient source and its plug-in processes (shared by the driver and Ray workers)."""
+"""Setting a run up: its gradient source and its plug-in processes (shared by the driver and Ray workers).
+
+This module imports no torch at load: a run starts its plug-in processes (:func:`start_plugins`) first, so
+their start (Python and torch imported under the sandbox) overlaps the scorer's own imports."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
+from typing import TYPE_CHECKING, Any
 
 from gradleak_bench.errors import GradleakError
 from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.sandbox import PluginFailure, PluginProcess
-from gradleak_bench.run.victim import victim_message
-from gradleak_bench.stream.replay import EpisodeGradients
-from gradleak_bench.victims.checkpoint import LoadedVictim
-from gradleak_bench.victims.policies import env_spaces
+
+if TYPE_CHECKING:
+    from gradleak_bench.victims.checkpoint import LoadedVictim
 
 
 def start_plugins(config: EvaluateConfig, hidden: list[Path]) -> tuple[PluginProcess, PluginProcess | None]:
@@ -29,6 +30,9 @@ def start_plugins(config: EvaluateConfig, hidden: list[Path]) -> tuple[PluginPro
 
 def send_victim(processes: list[PluginProcess | None], victim: LoadedVictim, gradients: Any) -> int:
     """Give each plug-in process the victim's public info; returns its number of actions."""
+    from gradleak_bench.run.victim import victim_message
+    from gradleak_bench.victims.policies import env_spaces
+
     header, arrays = victim_message(victim, gradients.param_shapes)
     for proc in processes:
         if proc is not None:
@@ -53,4 +57,7 @@ def make_gradients(config: EvaluateConfig, victim: LoadedVictim) -> Any:
         from gradleak_bench.gradient_store import GradientFile
 
         return GradientFile(config.gradients, victim=victim)
+    from gradleak_bench.stream.replay import EpisodeGradients
+    from gradleak_bench.victims.policies import env_spaces
+
     return EpisodeGradients(victim.policy, victim.spec.loss, env_spaces(victim.spec.task, victim.spec.image_size)[0])
