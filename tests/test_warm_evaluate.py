@@ -113,3 +113,48 @@ def test_the_fast_exit_joins_threads_runs_atexit_and_flushes(tmp_path):
     assert done.returncode == 7, done.stderr
     assert done.stdout == "buffered, no newline"
     assert (tmp_path / "thread").read_text() == "joined" and (tmp_path / "atexit").read_text() == "ran"
+
+
+_READER = """
+import numpy as np
+from gradleak_bench.records import Reconstruction
+
+class Reader:
+    name = "reader"
+    fields = ("action",)
+
+    def __init__(self, names=("action_net.bias",)):
+        self.names = tuple(names)
+
+    def reads(self, victim):
+        return self.names
+
+    def reconstruct(self, episode, victim):
+        received = sorted(episode.gradients.tensors)
+        if received != sorted(self.names):
+            raise AssertionError(f"received {received}")
+        return Reconstruction(fields={"action": episode.gradients.tensors["action_net.bias"].abs().argmax(1).numpy()})
+"""
+
+
+@pytest.mark.filterwarnings("ignore:no isolation")
+def test_an_attack_receives_only_the_gradients_it_reads(tmp_path):
+    from gradleak_bench.run import EvaluateConfig, evaluate
+
+    (tmp_path / "reader.py").write_text(_READER)
+    result = evaluate(EvaluateConfig(attack=f"{tmp_path / 'reader.py'}:Reader", victim="ppo_compact", episodes=2,
+                                     out=str(tmp_path / "run"), wandb="disabled", control=False), progress=False)
+    assert [r.status for r in result.rows] == ["ok", "ok"], [r.error for r in result.rows]
+    assert result.summary["metrics"]["action_accuracy"]["mean"] == 1.0
+
+
+@pytest.mark.filterwarnings("ignore:no isolation")
+def test_reading_a_gradient_the_victim_does_not_release_is_one_clear_error(tmp_path):
+    from gradleak_bench.errors import PluginContractError
+    from gradleak_bench.run import EvaluateConfig, evaluate
+
+    (tmp_path / "reader.py").write_text(_READER)
+    config = EvaluateConfig(attack=f"{tmp_path / 'reader.py'}:Reader", attack_params={"names": ["no_such.weight"]},
+                            victim="ppo_compact", episodes=1, out=str(tmp_path / "run"), wandb="disabled")
+    with pytest.raises(PluginContractError, match=r"reads\(victim\) returned \['no_such.weight'\]"):
+        evaluate(config, progress=False)

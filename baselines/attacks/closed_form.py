@@ -80,6 +80,12 @@ class ClosedFormAction:
             return "the victim has no linear policy/Q head whose gradient this attack can read"
         return None
 
+    def reads(self, victim: VictimInfo) -> tuple[str, ...]:
+        """Only the head's gradients (and the value head's bias, for the sign) are sent to this attack."""
+        weight, bias = head_parameter_names(victim)
+        names = (weight, bias, "value_net.bias")
+        return tuple(n for n in names if n is not None and n in victim.gradient_shapes)
+
     def reconstruct(self, episode: ObservedEpisode, victim: VictimInfo) -> Reconstruction:
         s = logit_gradients(episode, victim)
         if victim.loss.algo == "dqn":

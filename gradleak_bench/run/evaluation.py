@@ -27,7 +27,7 @@ from gradleak_bench.records import TRUTH_FIELDS
 from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.fresh import FreshLayouts, generate_fresh
 from gradleak_bench.run.sandbox import PluginFailure, PluginProcess
-from gradleak_bench.run.setup import make_gradients, plugin_step, send_victim, start_plugins
+from gradleak_bench.run.setup import attack_reads, make_gradients, plugin_step, send_victim, start_plugins
 from gradleak_bench.run.scorer import Controls, EpisodeRow, Reference, summarise_metrics
 from gradleak_bench.run.store import RunStore
 from gradleak_bench.tasks import get_task
@@ -132,7 +132,8 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
             references = references + references_for(dataset, {m.field for m in metrics}, progress)
         rng = np.random.default_rng(config.seed)
         seeds = [int(rng.integers(2**63)) for _ in episode_ids]  # the defense's, in canonical order
-        context = Context(dataset, gradients, metrics, attack, defense, config.defense, n_actions, references)
+        context = Context(dataset, gradients, metrics, attack, defense, config.defense, n_actions, references,
+                          attack_reads(attack, gradients.param_shapes))
         run = _Run(config, context, dataset, episode_ids, seeds, out, fresh, mechanism, hidden)
         store = run.compute(executor, resume, progress)
         try:

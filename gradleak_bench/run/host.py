@@ -49,6 +49,10 @@ class Host:
         reason = self.plugin.supports(self.info)
         return {"reason": None if reason is None else str(reason)}, {}
 
+    def reads(self, h: dict, a: dict) -> tuple[dict, dict]:
+        names = self.plugin.reads(self.info)
+        return {"names": names if isinstance(names, str) else list(names)}, {}
+
     def check(self, h: dict, a: dict) -> tuple[dict, dict]:
         self.plugin.check(self.info)
         return {}, {}
@@ -113,7 +117,8 @@ def serve(fd_in: int, fd_out: int) -> None:
     from gradleak_bench.run import wire
 
     host = Host()
-    handlers = {"load": host.load, "victim": host.victim_, "supports": host.supports, "check": host.check,
+    handlers = {"load": host.load, "victim": host.victim_, "supports": host.supports, "reads": host.reads,
+                "check": host.check,
                 "fit": host.fit, "reconstruct": host.reconstruct, "begin": host.begin,
                 "report_actions": host.report_actions, "release": host.release, "guarantees": host.guarantees}
     while True:

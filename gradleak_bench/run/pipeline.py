@@ -30,6 +30,7 @@ class Context:
     defense_name: str
     n_actions: int
     references: list = field(default_factory=list)
+    reads: tuple[str, ...] | None = None  # the released gradients the attack reads (None: all; its ``reads`` hook)
 
     @property
     def attack_name(self) -> str:
@@ -70,7 +71,8 @@ def run_episode(ctx: Context, index: int, episode_id: str, seed: int
     try:
         released = _release(ctx, episode, seed)
         check_released(released, ctx.gradients.param_shapes, episode.length, ctx.defense_name)
-        arrays = {"t": np.arange(episode.length), **{f"g/{k}": v for k, v in released.items()}}
+        sent = released if ctx.reads is None else {k: v for k, v in released.items() if k in ctx.reads}
+        arrays = {"t": np.arange(episode.length), **{f"g/{k}": v for k, v in sent.items()}}
         start = time.perf_counter()
         reply, fields = ctx.attack.call("reconstruct", {"key": f"episode-{index:04d}"}, arrays)
         row.attack_ms = (time.perf_counter() - start) * 1e3

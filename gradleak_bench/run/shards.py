@@ -65,7 +65,7 @@ class EpisodeWorker:
 
     def _build(self) -> Any:
         from gradleak_bench import dataset as datasets
-        from gradleak_bench.run.setup import make_gradients, send_victim, start_plugins
+        from gradleak_bench.run.setup import attack_reads, make_gradients, send_victim, start_plugins
         from gradleak_bench.run.pipeline import Context
         from gradleak_bench.victims.checkpoint import load_victim
 
@@ -96,7 +96,8 @@ class EpisodeWorker:
             from gradleak_bench.run.setup import plugin_step
 
             plugin_step(attack, "fit", lambda: attack.call("fit"))
-        return Context(dataset, gradients, metrics, attack, defense, cfg.defense, n_actions, self.references)
+        return Context(dataset, gradients, metrics, attack, defense, cfg.defense, n_actions, self.references,
+                       attack_reads(attack, gradients.param_shapes))
 
     def __call__(self, unit: Unit) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None, Any]]:
         from gradleak_bench.run.pipeline import run_episode
