@@ -20,7 +20,7 @@ from gradleak_bench.paths import atomic_write_bytes
 from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.checkpoint import cached_dir, load_victim, save_checkpoint
 from gradleak_bench.victims.continuous_rollout import ContinuousActor, random_action
-from gradleak_bench.victims.policies import PolicyActor, algorithm_class, build_policy, resolve_policy_kwargs
+from gradleak_bench.victims.policies import PolicyActor, algorithm_class, resolve_policy_kwargs
 from gradleak_bench.victims.zoo import VictimSpec, get_victim
 
 CHUNK_STEPS = 4096
@@ -100,11 +100,11 @@ def _make_model(spec: VictimSpec) -> Any:
 
 
 def _start_weights(spec: VictimSpec) -> dict[str, torch.Tensor]:
-    """The weights training starts from (``spec.train.start``): the seeded ``init``, or the victim's committed
-    ``trained`` checkpoint (verified against the zoo's spec and its sha256 by :func:`load_victim`). SB3's
-    optimiser starts fresh either way: a checkpoint holds weights only, as a shared federated model would."""
-    if spec.train.start == "init":
-        return build_policy(spec).state_dict()
+    """The weights training starts from (``spec.train.start``): the victim's committed ``init`` checkpoint (its
+    seeded initialisation, rebuilt only where none is published: another CPU's kernels initialise differently
+    in the last bits) or its committed ``trained`` one, each verified against the zoo's spec and its sha256 by
+    :func:`load_victim`. SB3's optimiser starts fresh either way: a checkpoint holds weights only, as a shared
+    federated model would."""
     return load_victim(spec.task, spec.name, spec.train.start).policy.state_dict()
 
 
