@@ -124,6 +124,69 @@ def test_quantize_one_bit_is_sign_times_mean_abs():
     assert torch.allclose(q, torch.where(g >= 0, 1.0, -1.0) * m)
 
 
+def _wide_stream() -> GradientStream:
+    """Rows longer than a block (several column blocks per row), rows shorter than one (several rows per
+    block), an all-zero tensor, a mostly-zero one (like ReLU networks' gradients: topk's threshold may be 0) and
+    a float64 tensor: every blocking and selection case of the blockwise transforms."""
+    gen = torch.Generator().manual_seed(3)
+    return GradientStream({"wide": torch.randn(3, 70, 3000, generator=gen), "narrow": torch.randn(3, 7, generator=gen),
+                           "sparse": torch.relu(torch.randn(3, 90_000, generator=gen) - 1.5),
+                           "zero": torch.zeros(3, 5), "small": 1e-3 * torch.randn(3, 40_000, generator=gen),
+                           "double": torch.randn(3, 11, generator=gen, dtype=torch.float64)})
+
+
+def _whole_matrix_quantize(g: torch.Tensor, bits: int, stochastic: bool, gen: torch.Generator) -> torch.Tensor:
+    """The reference: the documented arithmetic in float64 on the whole (T, n) matrix at once."""
+    x = g.double().reshape(g.shape[0], -1)
+    scale = x.abs().amax(dim=1, keepdim=True)
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    if bits == 1:
+        if stochastic:
+            q = torch.where(torch.rand(x.shape, generator=gen, dtype=torch.float64) < (1 + x / safe) / 2, scale, -scale)
+        else:
+            q = torch.where(x >= 0, 1.0, -1.0) * x.abs().mean(dim=1, keepdim=True)
+    else:
+        levels = 2 ** (bits - 1) - 1
+        y = x / safe * levels
+        y = torch.floor(y + torch.rand(x.shape, generator=gen, dtype=torch.float64)) if stochastic else torch.round(y)
+        q = torch.clamp(y, -levels, levels) * (scale / levels)
+    return q.reshape(g.shape).to(g.dtype)
+
+
+@pytest.mark.parametrize("stochastic", [False, True])
+@pytest.mark.parametrize("bits", [1, 2, 8, 16, 32])
+def test_blockwise_quantize_is_the_whole_matrix_computation_bit_for_bit(bits, stochastic):
+    stream = _wide_stream()
+    released = _release("quantize", stream, seed=5, bits=bits, stochastic=stochastic)
+    gen = torch.Generator().manual_seed(int(np.random.default_rng(5).integers(0, 2**62)))  # the release's draws
+    for name, g in stream.tensors.items():
+        assert torch.equal(released.tensors[name], _whole_matrix_quantize(g, bits, stochastic, gen)), name
+
+
+@pytest.mark.parametrize("keep", [1e-4, 0.1, 0.5, 1.0])
+def test_blockwise_topk_is_the_whole_matrix_computation_bit_for_bit(keep):
+    stream = _wide_stream()
+    flat = stream.flat()
+    threshold = flat.abs().topk(max(1, round(keep * flat.shape[1])), dim=1).values[:, -1]
+    released = _release("topk", stream, keep=keep)
+    for name, g in stream.tensors.items():
+        t = threshold.reshape((-1,) + (1,) * (g.dim() - 1))
+        assert torch.equal(released.tensors[name], torch.where(g.abs() >= t, g, torch.zeros((), dtype=g.dtype))), name
+
+
+@pytest.mark.parametrize("name,params", [("quantize", {"bits": 1}), ("quantize", {"bits": 1, "stochastic": True}),
+                                         ("quantize", {"bits": 8}), ("quantize", {"bits": 3, "stochastic": True}),
+                                         ("topk", {"keep": 0.1})])
+def test_release_mean_is_the_mean_of_the_release_with_the_same_draws(name, params):
+    stream = _wide_stream()
+    released = _release(name, stream, seed=2, **params)
+    means = _load(name, **params).release_mean(stream, np.random.default_rng(2))
+    assert list(means) == list(stream.tensors)
+    for key, g in released.tensors.items():
+        assert means[key].dtype == g.dtype and means[key].shape == g.shape[1:]
+        torch.testing.assert_close(means[key], g.mean(dim=0), rtol=1e-6, atol=1e-7 * float(g.abs().max()))
+
+
 def test_quantize_stochastic_is_unbiased_and_high_bits_nearly_exact():
     stream = GradientStream({"w": torch.linspace(-1, 1, 2001).repeat(400, 1)})
     mean = _release("quantize", stream, bits=2, stochastic=True).tensors["w"].double().mean(dim=0)

@@ -11,7 +11,7 @@ traceback). See ``docs/defenses.md``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -20,7 +20,8 @@ import torch
 from gradleak_bench.errors import GradleakError
 from gradleak_bench.records import GradientStream
 
-from .basic import _torch_generator, check_train_noise, gaussian_noise_of_mean
+from .basic import (BLOCK, _torch_generator, assemble_blocks, check_train_noise, gaussian_noise_of_mean,
+                    mean_of_blocks, row_blocks)
 
 
 class DefenseParameterError(GradleakError, ValueError):
@@ -198,25 +199,54 @@ class Quantize:
 
     def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream:
         gen = _torch_generator(rng)
-        return GradientStream({name: self._quantize(g, gen) for name, g in gradients.tensors.items()})
+        return GradientStream({name: assemble_blocks(g, self._blocks(g, gen)) for name, g in gradients.tensors.items()})
 
-    def _quantize(self, g: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        x = g.double().reshape(g.shape[0], -1)
-        scale = x.abs().amax(dim=1, keepdim=True)
+    def release_mean(self, gradients: GradientStream, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        """The mean over steps of :meth:`release` (same draws), without materialising the released stream:
+        what defended training needs (docs/defenses.md)."""
+        gen = _torch_generator(rng)
+        return {name: mean_of_blocks(g, self._blocks(g, gen)) for name, g in gradients.tensors.items()}
+
+    def _blocks(self, g: torch.Tensor, gen: torch.Generator) -> Iterator[tuple[slice, slice, torch.Tensor]]:
+        """One tensor's steps quantised, block by block (``row_blocks`` of its ``(T, n)`` matrix). The
+        arithmetic is float64, element by element, in one reused cache-sized buffer: the same operations in
+        the same order as on the whole matrix, and the same random draws, so the release is the whole-matrix
+        computation's bit for bit (tests/test_defenses.py keeps that reference), without float64 copies of
+        every sample. At 1 bit the mean |x| is summed block by block, so it may differ from one whole-row sum
+        in float64's last bit."""
+        x = g.reshape(g.shape[0], -1)
+        if x.numel() == 0:
+            return
+        # max |x| per step from two reductions that allocate nothing (|x| would be a full copy); exact.
+        scale = torch.maximum(x.amax(dim=1), -x.amin(dim=1)).double()[:, None]
         safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-        if self.bits == 1:
-            if self.stochastic:
-                up = torch.rand(x.shape, generator=gen, dtype=torch.float64) < (1 + x / safe) / 2
-                q = torch.where(up, scale, -scale)
+        block = torch.empty(min(x.numel(), BLOCK), dtype=torch.float64)
+        if self.bits == 1 and not self.stochastic:
+            total = torch.zeros(x.shape[0], 1, dtype=torch.float64)
+            for r, c in row_blocks(*x.shape):
+                y = block[:x[r, c].numel()].view(x[r, c].shape).copy_(x[r, c])
+                total[r] += y.abs_().sum(dim=1, keepdim=True)
+            magnitude = (total / x.shape[1]).to(g.dtype)  # mean |x| per step
+            for r, c in row_blocks(*x.shape):
+                yield r, c, torch.where(x[r, c] >= 0, magnitude[r], -magnitude[r])
+            return
+        levels = 2 ** (self.bits - 1) - 1
+        step = scale / levels
+        for r, c in row_blocks(*x.shape):
+            # x / s straight into the float64 buffer (the float32 values widen exactly, as in a copy)
+            y = torch.div(x[r, c], safe[r], out=block[:x[r, c].numel()].view(x[r, c].shape))
+            if self.bits == 1:  # stochastic sign: +s with probability (1 + x/s) / 2
+                up = torch.rand(y.shape, generator=gen, dtype=torch.float64) < y.add_(1).div_(2)
+                torch.where(up, scale[r], -scale[r], out=y)
             else:
-                q = torch.where(x >= 0, 1.0, -1.0) * x.abs().mean(dim=1, keepdim=True)
-        else:
-            levels = 2 ** (self.bits - 1) - 1
-            y = x / safe * levels
-            y = torch.floor(y + torch.rand(x.shape, generator=gen, dtype=torch.float64)) if self.stochastic \
-                else torch.round(y)
-            q = torch.clamp(y, -levels, levels) * (scale / levels)
-        return q.reshape(g.shape).to(g.dtype)
+                y.mul_(levels)
+                if self.stochastic:
+                    y.add_(torch.rand(y.shape, generator=gen, dtype=torch.float64)).floor_().clamp_(-levels, levels)
+                else:
+                    # |x| <= s, so |x / s * L| <= L in correctly rounded arithmetic and the clamp is a no-op
+                    y.round_()
+                y.mul_(step[r])
+            yield r, c, y
 
 
 class TemporalMean:
