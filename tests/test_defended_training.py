@@ -191,6 +191,30 @@ def test_a_defense_declaring_a_cheaper_path_than_it_needs_is_stopped(liar):
         check_declared_path(liar(), liar.needs, policy, loss)
 
 
+class _WrongReleaseMean:
+    """Releases quantised gradients but claims their mean is the unquantised one."""
+
+    name = "wrong_release_mean"
+    needs = "per_sample"
+
+    def release(self, gradients, rng):
+        return plugins.load("defense", "quantize", {"bits": 1}).release(gradients, rng)
+
+    def release_mean(self, gradients, rng):
+        return {name: g.mean(dim=0) for name, g in gradients.tensors.items()}
+
+
+def test_a_release_mean_that_is_not_the_mean_of_the_release_is_stopped(tmp_path):
+    policy, loss = _policy_and_spec("ActivePerception", "dqn_compact")
+    with pytest.raises(DefenseDeclarationError, match="release_mean"):
+        check_declared_path(_WrongReleaseMean(), "per_sample", policy, loss)
+    hooks = DefendedUpdates(_WrongReleaseMean(), seed=0)
+    with pytest.raises(DefenseDeclarationError, match="release_mean"):  # training stops before its first update
+        train_resumable(_unclipped("PointNav", "ppo_compact", 32, n_steps=8, batch_size=8, n_epochs=1), tmp_path,
+                        "test", hooks=hooks, progress=False)
+    assert hooks.updates == 0
+
+
 def test_unknown_declaration_is_one_clear_error():
     class Odd:
         name, needs = "odd", "sometimes"
@@ -214,6 +238,18 @@ def test_liar_stops_train_defense_before_training_with_exit_2(tmp_path):
     assert result.returncode == 2, result.stderr
     assert "declares needs='mean'" in result.stderr and "Traceback" not in result.stderr
     assert "train PointNav" not in result.stderr  # no training progress before the error
+
+
+@pytest.mark.parametrize("defense,params", [("quantize", {"bits": 4, "stochastic": True}), ("topk", {"keep": 0.1})])
+def test_release_mean_applies_the_literal_update_in_real_training(tmp_path, defense, params):
+    """Per-sample transforms train on their release_mean, which must equal the mean of the released
+    per-sample gradients (same draws) at every real SB3 step."""
+    spec = _unclipped("PointNav", "ppo_compact", 64, n_steps=32, batch_size=16, n_epochs=1)
+    hooks = DefendedUpdates(plugins.load("defense", defense, params), seed=0, verify=True)
+    assert hooks.path == "per_sample"
+    train_resumable(spec, tmp_path, "test", hooks=hooks, progress=False)
+    assert hooks.updates > 0
+    assert hooks.max_path_error < 1e-5, hooks.max_path_error
 
 
 @pytest.mark.parametrize("task,victim,budget,hp,defense,params", [

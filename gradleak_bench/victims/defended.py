@@ -28,13 +28,17 @@ mean of its release depends on less than every per-sample gradient; the trainer 
   ghost norms without materialising per-sample ``Linear`` gradients
   (:meth:`~gradleak_bench.stream.per_sample.PerSampleGradients.norms_and_weighted_mean`), plus
   ``noise_of_mean``;
-* ``needs = "per_sample"`` or no declaration: the literal path.
+* ``needs = "per_sample"`` or no declaration: the literal path, the per-sample gradients written into tensors
+  reused from one minibatch to the next (:class:`GradientBuffers`). A per-sample transform may also define
+  ``release_mean(gradients, rng)``, the mean over steps of ``release(gradients, rng)`` (same draws) without
+  materialising the released stream (``quantize`` and ``topk`` do); the trainer then uses it.
 
 ``noise_of_mean(shapes, batch, rng, literal)`` returns the noise the release adds to the batch mean; with
 ``literal=True`` it must draw exactly what ``release`` draws (same ``rng`` use), and otherwise may draw an
 equivalent distribution (the defenses' ``train_noise="mean"``). Before training, :func:`check_declared_path`
 compares the declared path with the literal one on a small batch (literal draws, same seed): a defense that
-declares a cheaper path than its release allows stops there with :class:`DefenseDeclarationError`.
+declares a cheaper path than its release allows, or whose ``release_mean`` is not the mean of its release,
+stops there with :class:`DefenseDeclarationError`.
 """
 from __future__ import annotations
 
@@ -109,6 +113,7 @@ class DefendedUpdates:
         self.observed_steps = 0  # norms path: steps whose norms came from SB3's own pass (not the engine)
         self._minibatch: Any = None
         self._engines: dict[LossSpec, PerSampleGradients] = {}
+        self._buffers = GradientBuffers()
         self._capture: MeanLossCapture | None = None
 
     # -- TrainingHooks ------------------------------------------------------------------------------------
@@ -117,7 +122,7 @@ class DefendedUpdates:
         self.on_policy = isinstance(model, OnPolicyAlgorithm)
         if self.on_policy and getattr(model, "clip_range_vf", None) is not None:
             raise GradleakError("defended training does not support PPO value clipping (clip_range_vf)")
-        if self.path != "per_sample":
+        if self.path != "per_sample" or getattr(self.defense, "release_mean", None) is not None:
             check_declared_path(self.defense, self.path, model.policy, self._loss_spec())
         # SB3 clips its own .grad before the step; the defense must see it unclipped (the mean path reads it),
         # so SB3's clip becomes a no-op and the defended step clips the update with SB3's max_grad_norm.
@@ -192,11 +197,13 @@ class DefendedUpdates:
         literal = None
         if self.path == "per_sample" or self.verify:
             inputs = minibatch_inputs(self.model, samples, spec.algo)
-            literal = literal_update(self.defense, engine, inputs, copy.deepcopy(rng))
+            buffers = self._buffers.get(engine, batch)
+            # verify: the reference is the mean of the released stream itself, never a defense's release_mean
+            literal = literal_update(self.defense, engine, inputs, copy.deepcopy(rng), buffers, fused=not self.verify)
             if self.verify:
                 self._record_sb3_error(literal, params)
         if self.path == "per_sample":
-            updates = literal
+            updates = literal_update(self.defense, engine, inputs, rng, buffers) if self.verify else literal
         elif self.path == "mean":
             mean = {name: params[name].grad if params[name].grad is not None else torch.zeros(shape)
                     for name, shape in engine.param_shapes.items()}
@@ -206,7 +213,7 @@ class DefendedUpdates:
                 engine.norms_and_weighted_mean(minibatch_inputs(self.model, samples, spec.algo), self.defense.clip_factors)
             updates = cheap_update(self.defense, mean, engine.param_shapes, batch, rng)
             self.observed_steps += observed is not None
-        if self.verify and self.path != "per_sample":
+        if self.verify:
             self.max_path_error = max(self.max_path_error, _relative_error(updates, literal))
         for name, update in updates.items():
             if not torch.isfinite(update).all():
@@ -256,20 +263,52 @@ class DefendedUpdates:
         buffer.add = add
 
 
-def literal_update(defense: Any, engine: PerSampleGradients, inputs: LossInputs,
-                   rng: np.random.Generator) -> dict[str, torch.Tensor]:
+class GradientBuffers:
+    """Per-sample gradient tensors reused from one minibatch to the next, one set per (engine, batch size).
+
+    A minibatch's per-sample gradients are 155 MB for the NatureCNN victim; fresh tensors of that size cost a
+    page fault per 4 KiB page on every update (the engine's call took 4.8x as long as writing into reused
+    tensors, docs/gradient-stream.md), so the literal path writes into these. They are overwritten by the
+    next minibatch: the released gradients are reduced to their mean before that, and a defense's
+    ``release`` must not keep its input beyond the call (docs/defenses.md).
+    """
+
+    def __init__(self) -> None:
+        self._sets: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
+
+    def get(self, engine: PerSampleGradients, batch: int) -> dict[str, torch.Tensor]:
+        key = (id(engine), batch)
+        if key not in self._sets:
+            self._sets[key] = {name: torch.empty((batch, *shape)) for name, shape in engine.param_shapes.items()}
+        return self._sets[key]
+
+
+def literal_update(defense: Any, engine: PerSampleGradients, inputs: LossInputs, rng: np.random.Generator,
+                   out: dict[str, torch.Tensor] | None = None, fused: bool = True) -> dict[str, torch.Tensor]:
     """The literal path: the mean of the released per-sample gradients (the runner's release contract
-    checked: every name, shape ``(B, ...)``; finiteness is checked on the update)."""
-    released = defense.release(GradientStream(engine(inputs)), rng)
-    out = {}
-    for name, shape in engine.param_shapes.items():
-        g = released.tensors.get(name)
-        if g is None or tuple(g.shape) != (inputs.batch_size, *shape):
+    checked: every name, shape ``(B, ...)``; finiteness is checked on the update). ``out``: reused tensors
+    for the per-sample gradients (:class:`GradientBuffers`). With ``fused`` a defense's ``release_mean``
+    (the mean of its release, same draws, without materialising the released stream) is used where it has
+    one; :func:`check_declared_path` compares the two before training."""
+    stream = GradientStream(engine(inputs, out=out))
+    release_mean = getattr(defense, "release_mean", None) if fused else None
+    if release_mean is not None:
+        means = release_mean(stream, rng)
+        expected = engine.param_shapes
+        what = "release_mean returned"
+    else:
+        released = defense.release(stream, rng)
+        means = released.tensors
+        expected = {name: (inputs.batch_size, *shape) for name, shape in engine.param_shapes.items()}
+        what = "released"
+    result = {}
+    for name, shape in expected.items():
+        g = means.get(name)
+        if g is None or tuple(g.shape) != shape:
             raise InvalidGradientError(
-                f"defense {defense.name!r} released {name} as "
-                f"{None if g is None else tuple(g.shape)}, expected {(inputs.batch_size, *shape)}")
-        out[name] = g.mean(dim=0)
-    return out
+                f"defense {defense.name!r} {what} {name} as {None if g is None else tuple(g.shape)}, expected {shape}")
+        result[name] = g if release_mean is not None else g.mean(dim=0)
+    return result
 
 
 def cheap_update(defense: Any, mean: dict[str, torch.Tensor], shapes: dict[str, tuple[int, ...]], batch: int,
@@ -322,18 +361,28 @@ def check_declared_path(defense: Any, path: str, policy: Any, spec: LossSpec, to
     Both are computed with the same seed and literal draws (``noise_of_mean(..., literal=True)`` draws what
     ``release`` draws), so they agree up to float rounding; a defense whose release depends on more than it
     declares (clipping declared as ``mean``, a per-sample transform declared as ``norms``) differs by far more.
+    A ``per_sample`` defense with a ``release_mean`` is checked the same way: ``release_mean`` against the mean
+    of ``release``.
     """
-    if path == "per_sample":
+    if path == "per_sample" and getattr(defense, "release_mean", None) is None:
         return  # the literal path itself
     engine = PerSampleGradients(policy, spec)
     inputs = _check_batch(policy, spec.algo)
-    literal = literal_update(defense, engine, inputs, np.random.default_rng(0))
-    weights = defense.clip_factors if path == "norms" else (lambda norms: torch.ones_like(norms))
-    _, mean = engine.norms_and_weighted_mean(inputs, weights)
-    cheap = cheap_update(defense, mean, engine.param_shapes, inputs.batch_size, np.random.default_rng(0),
-                         literal_draws=True)
+    literal = literal_update(defense, engine, inputs, np.random.default_rng(0), fused=False)
+    if path == "per_sample":  # the literal path, its mean taken by the defense's own release_mean
+        cheap = literal_update(defense, engine, inputs, np.random.default_rng(0))
+    else:
+        weights = defense.clip_factors if path == "norms" else (lambda norms: torch.ones_like(norms))
+        _, mean = engine.norms_and_weighted_mean(inputs, weights)
+        cheap = cheap_update(defense, mean, engine.param_shapes, inputs.batch_size, np.random.default_rng(0),
+                             literal_draws=True)
     error = _relative_error(cheap, literal)
     if not error <= tolerance:
+        if path == "per_sample":
+            raise DefenseDeclarationError(
+                f"defense {defense.name!r} has a release_mean whose result differs from the mean of its released "
+                f"gradients by {error:.2e} (relative, same draws; allowed {tolerance:.0e}) on a "
+                f"{inputs.batch_size}-sample check batch: fix release_mean or remove it. See docs/defenses.md.")
         raise DefenseDeclarationError(
             f"defense {defense.name!r} declares needs={path!r}, but on a {inputs.batch_size}-sample check batch "
             f"that path's update differs from the mean of its released gradients by {error:.2e} (relative; "
