@@ -8,7 +8,9 @@
      noise on the mean, per-sample draws or the one equivalent draw (``train_noise=mean``);
    * ``norms path``: ``sb3`` + ghost norms and the clipped mean (``dp_sgd``) by the engine (a second pass),
      literal or equivalent draws, and read off SB3's own pass (``MeanLossCapture``, what training uses);
-   * ``per-sample path``: ``sb3`` + every per-sample gradient + ``release`` (``dp_sgd`` forced literal, ``quantize``);
+   * ``per-sample path``: ``sb3`` + every per-sample gradient (into reused tensors, as training does) + the
+     mean of the release (``dp_sgd`` forced literal; ``quantize`` and ``topk`` by their ``release_mean``, and
+     ``quantize`` also by ``release`` then the mean);
    * ``opacus dp-sgd``: Opacus 1.6 ``GradSampleModule`` + ``DPOptimizer.pre_step`` (per-sample gradients
      materialised, clipped, noised), contiguous input (Opacus gets channels-last conv gradients wrong).
 
@@ -40,7 +42,7 @@ from gradleak_bench import plugins
 from gradleak_bench.records import GradientStream
 from gradleak_bench.stream.per_sample import LossInputs, MeanLossCapture, PerSampleGradients
 from gradleak_bench.victims import load_victim
-from gradleak_bench.victims.defended import DefendedUpdates, cheap_update, literal_update
+from gradleak_bench.victims.defended import DefendedUpdates, GradientBuffers, cheap_update, literal_update
 from gradleak_bench.victims.training import train_resumable, with_budget
 from gradleak_bench.victims.zoo import get_victim
 
@@ -59,7 +61,8 @@ def _sb3_backward(policy, engine: PerSampleGradients, inputs: LossInputs) -> Non
     """SB3's minibatch update gradient: the mean of the per-sample losses, one backward into ``.grad``."""
     policy.zero_grad(set_to_none=True)
     samples = engine._samples(inputs)
-    engine._module(samples, batched=True).mean().backward()
+    loss_module, _ = engine._parts[0]  # PPO: one loss, one optimiser
+    loss_module(samples, batched=True).mean().backward()
 
 
 def _opacus(policy, inputs: LossInputs) -> Callable[[], None]:
@@ -104,6 +107,7 @@ def per_update(repeats: int, batch: int) -> dict:
         "dp_sgd": plugins.load("defense", "dp_sgd", DP),
         "dp_sgd mean": plugins.load("defense", "dp_sgd", {**DP, "train_noise": "mean"}),
         "quantize": plugins.load("defense", "quantize", {"bits": 8}),
+        "topk": plugins.load("defense", "topk", {"keep": 0.1}),
     }
     params = dict(policy.named_parameters())
 
@@ -130,10 +134,12 @@ def per_update(repeats: int, batch: int) -> dict:
             cheap_update(defense, mean, shapes, batch, np.random.default_rng(0))
         return run
 
-    def literal_path(defense):
-        def run():
+    buffers = GradientBuffers()
+
+    def literal_path(defense, fused=True):
+        def run():  # as training runs it: per-sample gradients in reused tensors, the defense's release_mean
             _sb3_backward(policy, engine, inputs)
-            literal_update(defense, engine, inputs, np.random.default_rng(0))
+            literal_update(defense, engine, inputs, np.random.default_rng(0), buffers.get(engine, batch), fused)
         return run
 
     fns = {
@@ -145,6 +151,8 @@ def per_update(repeats: int, batch: int) -> dict:
         "norms path from SB3's pass, dp_sgd train_noise=mean": observed_norms_path(defenses["dp_sgd mean"]),
         "per-sample path, dp_sgd (old default)": literal_path(defenses["dp_sgd"]),
         "per-sample path, quantize 8 bit": literal_path(defenses["quantize"]),
+        "per-sample path, quantize 8 bit, release then mean": literal_path(defenses["quantize"], fused=False),
+        "per-sample path, topk keep=0.1": literal_path(defenses["topk"]),
         "opacus dp-sgd": _opacus(policy, inputs),
     }
     for fn in fns.values():
@@ -173,6 +181,7 @@ def training(budget: int, only: list[str] | None = None) -> dict:
         "dp_sgd norms path, per-sample draws": ("dp_sgd", DP, None),
         "dp_sgd per-sample path (old)": ("dp_sgd", DP, "per_sample"),
         "quantize 8 bit (per-sample path)": ("quantize", {"bits": 8}, None),
+        "topk keep=0.1 (per-sample path)": ("topk", {"keep": 0.1}, None),
     }
     if only:
         runs = {label: run for label, run in runs.items() if label == "sb3" or any(o in label for o in only)}

@@ -94,14 +94,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--budget", type=int, default=2048)
+    parser.add_argument("--skip-training", action="store_true",
+                        help="re-measure the release overhead only; the training figures already in the results "
+                             "file are kept (with the machine record they were measured under)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     results = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": 1,
                            "load_average_before": os.getloadavg(),
                            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "torch": torch.__version__},
                "release": release_overhead(args.repeats), "training": {}}
-    for task, victim in (("PointNav", "ppo"), ("ActivePerception", "dqn_compact"), ("ActivePerception", "reinforce")):
+    if args.skip_training:
+        previous = json.loads(RESULTS.read_text())
+        results["training"] = previous["training"]
+        results["training_machine"] = previous.get("training_machine", previous["machine"])
+    trainings = (("PointNav", "ppo"), ("ActivePerception", "dqn_compact"), ("ActivePerception", "reinforce"))
+    for task, victim in [] if args.skip_training else trainings:
         results["training"][f"{task}/{victim}"] = training_throughput(task, victim, args.budget)
+    results["machine"]["load_average_after"] = os.getloadavg()
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=1))
     print(f"wrote {RESULTS}")
