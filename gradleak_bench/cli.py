@@ -152,7 +152,14 @@ def generate(
         table.add_row("manifest", "no official split of this config: an unofficial draw")
     table.add_row("episodes x steps", f"{len(lengths)} episodes, {lengths.sum()} steps (length {lengths.min()}-{lengths.max()})")
     table.add_row("layouts", ", ".join(str(x) for x in sorted(layouts)))
-    table.add_row("action histogram", str(np.bincount(actions).tolist()))
+    if actions.ndim == 2:  # continuous (linear, angular, ...) commands: their spread per component
+        from gradleak_bench.tasks import get_task
+
+        names = get_task(config.task).action_names
+        table.add_row("actions (mean / std / min / max)", "; ".join(
+            f"{n} {c.mean():.3f} / {c.std():.3f} / {c.min():.3f} / {c.max():.3f}" for n, c in zip(names, actions.T)))
+    else:
+        table.add_row("action histogram", str(np.bincount(actions).tolist()))
     table.add_row("episode return", f"mean {rewards.mean():.3f}, min {rewards.min():.3f}, max {rewards.max():.3f}")
     table.add_row("truth fields", ", ".join(fields))
     console.print(table)

@@ -134,7 +134,7 @@ class WindowedEpisode(Episode):
     window's first step."""
 
     window_start: int = 0
-    episode_actions: tuple[int, ...] = ()
+    episode_actions: tuple = ()  # int ids, or float tuples of a continuous task (split_identity.action_tuple)
 
 
 def episode_horizon(task: str, algo: str, length: int, protocol: str = FIRST8) -> int:
@@ -175,33 +175,65 @@ def generate_episode(env: gym.Env, victim: LoadedVictim, layout_id: int, seed: i
     reported later)."""
     task = get_task(victim.spec.task)
     horizon = episode_horizon(task.name, victim.spec.algo, length, protocol)
-    steps, observations, executed, rewards, terminated, obs = _run(env, victim, layout_id, seed, horizon, actions)
+    # One Generator per episode draws the actions and then (SAC) the loss's noises: a replayed episode draws
+    # the same numbers, so its noises are the recorded episode's too.
+    rng = np.random.default_rng(seed)
+    steps, observations, executed, rewards, terminated, obs = _run(env, victim, layout_id, seed, horizon, actions,
+                                                                   rng)
     arrays = {k: np.stack([s[k] for s in steps]) for k in steps[0]}
-    arrays["action"] = np.asarray(executed, dtype=np.int64)
+    arrays["action"] = action_array(executed)
     arrays["reward"] = np.asarray(rewards, dtype=np.float32)
     arrays.update(loss_targets(victim.policy, victim.spec.loss, stack_obs(observations), arrays["action"],
-                               arrays["reward"], terminated, obs, population_std=protocol == TRACE_WINDOWS))
+                               arrays["reward"], terminated, obs, population_std=protocol == TRACE_WINDOWS,
+                               rng=rng))
     start = window_start(seed, len(executed), length, protocol)
     if start == 0 and len(executed) <= length:
         return Episode(episode_id=episode_id, task=task.name, layout_id=layout_id, seed=seed, steps=arrays)
     window = {k: np.ascontiguousarray(v[start:start + length]) for k, v in arrays.items()}
     return WindowedEpisode(episode_id=episode_id, task=task.name, layout_id=layout_id, seed=seed, steps=window,
-                           window_start=start, episode_actions=tuple(int(a) for a in executed))
+                           window_start=start, episode_actions=split_identity.action_tuple(arrays["action"]))
+
+
+def action_array(actions: Any) -> np.ndarray:
+    """Executed actions as the ``action`` truth field: ``(T,)`` int64 ids of a discrete task, ``(T, d)`` float32
+    vectors of a continuous one (:attr:`gradleak_bench.tasks.TaskSpec.action_kind`)."""
+    if len(actions) and np.ndim(actions[0]) > 0:
+        return np.stack([np.asarray(a, dtype=np.float32) for a in actions])
+    return np.asarray(actions, dtype=np.int64)
+
+
+def make_actor(victim: LoadedVictim) -> Any:
+    """The reproducible actor of a victim: :class:`PolicyActor` (discrete) or
+    :class:`~gradleak_bench.victims.continuous_rollout.ContinuousActor` (``Box`` actions)."""
+    if get_task(victim.spec.task).action_kind == "continuous":
+        from gradleak_bench.victims.continuous_rollout import ContinuousActor
+
+        return ContinuousActor(victim.policy, victim.spec.algo)
+    return PolicyActor(victim.policy, victim.spec.algo, victim.spec.exploration_eps)
 
 
 def _run(env: gym.Env, victim: LoadedVictim, layout_id: int, seed: int, horizon: int,
-         actions: tuple[int, ...] | None) -> tuple[list, list, list, list, bool, Any]:
-    """Step the episode: (per-step truth, observations, executed actions, rewards, terminated, last obs)."""
+         actions: tuple | None, rng: np.random.Generator) -> tuple[list, list, list, list, bool, Any]:
+    """Step the episode: (per-step truth, observations, executed actions, rewards, terminated, last obs).
+
+    Replaying recorded ``actions``, a continuous actor still draws its step's noise from ``rng`` (and discards
+    it), so what ``rng`` draws after the episode is the same as when the actions were sampled."""
     task = get_task(victim.spec.task)
-    actor = PolicyActor(victim.policy, victim.spec.algo, victim.spec.exploration_eps)
-    rng = np.random.default_rng(seed)
+    actor = make_actor(victim)
+    continuous = task.action_kind == "continuous"
     obs, info = env.reset(seed=seed, options={"layout_id": layout_id})
     steps, observations, executed, rewards = [], [], [], []
     terminated = False
     for t in range(horizon if actions is None else min(horizon, len(actions))):
         steps.append(step_truth(task.obs_fields, task.info_fields, obs, info))
         observations.append(obs)
-        action = actor.act(obs, rng) if actions is None else int(actions[t])
+        if actions is None:
+            action = actor.act(obs, rng)
+        elif continuous:
+            actor.draw_noise(rng)
+            action = np.asarray(actions[t], dtype=np.float32)
+        else:
+            action = int(actions[t])
         obs, reward, terminated, truncated, info = env.step(action)
         executed.append(action)
         rewards.append(reward)
@@ -341,7 +373,7 @@ def write(path: Path, config: DatasetConfig, episodes: Iterable[Episode]) -> str
                 g.attrs["layout_id"], g.attrs["seed"], g.attrs["task"] = ep.layout_id, ep.seed, ep.task
                 if isinstance(ep, WindowedEpisode):
                     g.attrs["window_start"] = ep.window_start
-                    g.attrs["episode_actions"] = np.asarray(ep.episode_actions, dtype=np.int64)
+                    g.attrs["episode_actions"] = action_array(ep.episode_actions)
                 for name, arr in ep.steps.items():
                     g.create_dataset(name, data=arr, compression="gzip" if arr.ndim >= 3 else None,
                                      track_times=False)
@@ -486,7 +518,7 @@ def _read_episode(group: h5py.Group, episode_id: str) -> Episode:
                   seed=int(group.attrs["seed"]), steps=steps)
     if "episode_actions" in group.attrs:
         return WindowedEpisode(**common, window_start=int(group.attrs["window_start"]),
-                               episode_actions=tuple(int(a) for a in group.attrs["episode_actions"]))
+                               episode_actions=split_identity.action_tuple(group.attrs["episode_actions"]))
     return Episode(**common)
 
 

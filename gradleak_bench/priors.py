@@ -27,6 +27,9 @@ name                        fields                                what it return
                                                                   for bearings and yaws)
 ``median``                  every scalar                          median over all train steps
 ``mean_per_step``           goal and every scalar                 mean over train episodes at the same step
+``zero_action``             action (continuous)                   the zero command; continuous actions also
+                                                                  get ``mean``, ``median`` (per component)
+                                                                  and ``mean_per_step``
 ``majority_action``         action                                the most frequent train action
 ``majority_action_per_step`` action                               the most frequent train action at that step
 ``action_histogram``        action                                a seeded draw from the train action
@@ -266,6 +269,17 @@ def _image_priors(name: str, stats: _ImageStats) -> Iterator[Prior]:
 def _series_priors(name: str, episodes: list[np.ndarray]) -> Iterator[Prior]:
     flat = np.concatenate(episodes).astype(np.float64)
     n = f"{len(flat)} train steps"
+    if name == "action" and flat.ndim == 2:  # continuous commands (T, d): constants and the per-step mean
+        yield Prior("mean", name, "template", flat.mean(axis=0)[None].astype(np.float32),
+                    f"per-component mean of {n} (the constant with the least squared error)")
+        yield Prior("median", name, "template", np.median(flat, axis=0)[None].astype(np.float32),
+                    f"per-component median of {n} (the constant with the least absolute error; its sign is each "
+                    "component's majority sign)")
+        yield Prior("zero_action", name, "template", np.zeros((1, flat.shape[1]), np.float32),
+                    "the zero command (stand still)")
+        yield Prior("mean_per_step", name, "template", _per_step(episodes, name, "mean").astype(np.float32),
+                    "per-component mean over train episodes at the same step")
+        return
     if name == "action":
         counts = np.bincount(flat.astype(np.int64))
         yield Prior("majority_action", name, "template", np.array([counts.argmax()], np.int64),

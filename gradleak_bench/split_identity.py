@@ -96,7 +96,7 @@ class EpisodeRecord:
     layout_id: int
     seed: int
     length: int
-    actions: tuple[int, ...]
+    actions: tuple  # int ids, or one tuple of floats per step of a continuous task (action_tuple)
     fields: dict[str, tuple[str, tuple[int, ...]]]       # name -> (dtype, shape): exact
     sketches: dict[str, tuple[list[float], float]]       # name -> (projections, RMS): within tolerance
     digests: dict[str, str]                              # name -> sha256 of the bytes: bit-identical or not
@@ -112,7 +112,7 @@ class EpisodeRecord:
         return dict(out, start=self.start) if self.start else out
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.exact(), actions="".join(_action_chars(self.actions)),
+        return dict(self.exact(), actions=_actions_json(self.actions),
                     sketches={k: {"z": [float(f"{v:.9g}") for v in z], "rms": float(f"{r:.9g}")}
                               for k, (z, r) in sorted(self.sketches.items())},
                     digests=dict(sorted(self.digests.items())))
@@ -121,7 +121,7 @@ class EpisodeRecord:
     def from_json(cls, data: dict[str, Any]) -> EpisodeRecord:
         return cls(episode_id=str(data["id"]), layout_id=int(data["layout_id"]), seed=int(data["seed"]),
                    length=int(data["length"]),
-                   actions=tuple(_parse_actions(data["actions"])),
+                   actions=_parse_actions(data["actions"]),
                    fields={k: (str(d), tuple(int(x) for x in s)) for k, (d, s) in data["fields"].items()},
                    sketches={k: ([float(v) for v in s["z"]], float(s["rms"])) for k, s in data["sketches"].items()},
                    digests={k: str(v) for k, v in data["digests"].items()}, start=int(data.get("start", 0)))
@@ -139,8 +139,27 @@ def _action_chars(actions: Iterable[int]) -> list[str]:
     return out
 
 
-def _parse_actions(text: str) -> list[int]:
-    return [_ALPHABET.index(c) for c in text]
+def _actions_json(actions: tuple) -> Any:
+    """Discrete actions as one character each; continuous ones as lists of floats (JSON keeps a float exact)."""
+    if actions and isinstance(actions[0], tuple):
+        return [list(a) for a in actions]
+    return "".join(_action_chars(actions))
+
+
+def _parse_actions(data: Any) -> tuple:
+    if isinstance(data, str):
+        return tuple(_ALPHABET.index(c) for c in data)
+    return tuple(tuple(float(x) for x in a) for a in data)
+
+
+def action_tuple(actions: Any) -> tuple:
+    """Executed actions as the record holds them, exactly: int ids of a discrete task, or one tuple of floats
+    per step of a continuous one (the float32 values, each exact as a Python float). A continuous official
+    split replays these very floats, so its identity holds them without depending on how a CPU rounds."""
+    arr = np.asarray(actions)
+    if arr.ndim >= 2 and np.issubdtype(arr.dtype, np.floating):
+        return tuple(tuple(float(x) for x in row) for row in arr.astype(np.float32).reshape(len(arr), -1))
+    return tuple(int(a) for a in arr.ravel())
 
 
 def episode_record(episode: Episode) -> EpisodeRecord:
@@ -155,7 +174,7 @@ def episode_record(episode: Episode) -> EpisodeRecord:
     return EpisodeRecord(
         episode_id=episode.episode_id, layout_id=int(episode.layout_id), seed=int(episode.seed),
         length=int(episode.length),
-        actions=tuple(int(a) for a in np.asarray(steps["action"] if whole is None else whole).ravel()),
+        actions=action_tuple(steps["action"] if whole is None else whole),
         fields={k: (np.asarray(v).dtype.str, tuple(np.asarray(v).shape)) for k, v in steps.items()},
         sketches=sketches, digests=digests, start=int(getattr(episode, "window_start", 0)),
     )

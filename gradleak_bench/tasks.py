@@ -234,6 +234,7 @@ _BUILTIN = (
         victims=("ppo_gaussian", "sac"),
         # The AI2-THOR and Habitat adapters execute the discrete primitives only.
         backends=("pybullet",),
+        primary_metric="action_mae",
     ),
 )
 

@@ -326,8 +326,9 @@ def test_continuous_action_metrics_and_registry() -> None:
     np.testing.assert_allclose(continuous.action_cosine(np.array([0.5, -2.0]), np.array([1.0, 3.0])), [1.0, -1.0])
 
 
-def test_discrete_generation_refuses_a_continuous_victim_with_one_message() -> None:
-    """`generate` / `evaluate` take integer actions; a continuous victim gets a GradleakError (exit 2)."""
+def test_the_discrete_actor_refuses_a_continuous_victim_with_one_message() -> None:
+    """PolicyActor draws integer actions; a continuous victim gets a GradleakError naming its actor (the
+    dataset pipeline picks ContinuousActor itself: tests/test_continuous_pipeline.py)."""
     from gradleak_bench.errors import GradleakError
     from gradleak_bench.victims.checkpoint import load_victim
     from gradleak_bench.victims.policies import PolicyActor

@@ -68,8 +68,6 @@ def record_splits(split: str = "test", tasks: tuple[str, ...] | None = None, res
         for spec in VICTIMS.values():
             if (tasks and spec.task not in tasks) or (victims and spec.name not in victims):
                 continue
-            if get_task(spec.task).action_kind != "discrete":  # no dataset pipeline for Box actions yet
-                continue
             for checkpoint in ("init", "trained"):
                 if checkpoint == "trained" and not (packaged_dir(spec) / "trained.safetensors").is_file():
                     continue

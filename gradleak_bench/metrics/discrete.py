@@ -75,9 +75,11 @@ def _binnable(actions: np.ndarray) -> bool:
 register_metric(MetricSpec(
     "action_accuracy", "action", action_accuracy, True, "",
     "Per step 1 if the reconstructed action equals the executed action, else 0 (mean = accuracy).", True,
+    action_kind="discrete",
 ))
 register_metric(MetricSpec(
     "action_hist_tv", "action", action_hist_tv, False, "",
     "Total-variation distance in [0,1] between the episode's action histograms (order-free; for attacks "
     "that lose the step order); NaN if a reconstructed action is not a finite non-negative integer.", False,
+    action_kind="discrete",
 ))

@@ -43,6 +43,10 @@ class MetricSpec:
             (``name@protocol``, :mod:`gradleak_bench.metrics.protocols`) is scored only when asked for.
         worst: The value a failed (missing or non-finite) frame scores, when the metric has one; None defers
             to the runner's table of worst values.
+        action_kind: The kind of task whose fields it scores (``discrete``: integer action ids, ``continuous``:
+            ``(T, d)`` float commands; :attr:`gradleak_bench.tasks.TaskSpec.action_kind`), or None for any.
+            A run selects only the metrics of its task's kind: the same ``action`` field holds ids in one kind
+            and vectors in the other.
     """
 
     name: str
@@ -55,6 +59,7 @@ class MetricSpec:
     needs_episode: bool = False
     default: bool = True
     worst: float | None = None
+    action_kind: str | None = None
 
     @property
     def protocol(self) -> str:
@@ -144,18 +149,27 @@ def all_metrics() -> list[MetricSpec]:
     return list(_REGISTRY.values())
 
 
-def metrics_for_fields(fields: Iterable[str], optional: bool = False) -> list[MetricSpec]:
-    """The registered metrics that score any of ``fields``, in registration order: the default ones, and
-    with ``optional`` also the papers' protocols.
+def applies_to(spec: MetricSpec, action_kind: str) -> bool:
+    """Whether ``spec`` scores tasks of ``action_kind`` (``discrete`` or ``continuous``)."""
+    return spec.action_kind in (None, action_kind)
+
+
+def metrics_for_fields(fields: Iterable[str], optional: bool = False,
+                       action_kind: str = "discrete") -> list[MetricSpec]:
+    """The registered metrics that score any of ``fields`` on a task of ``action_kind``, in registration
+    order: the default ones, and with ``optional`` also the papers' protocols.
 
     Example:
         >>> import gradleak_bench.metrics
         >>> [m.name for m in metrics_for_fields(["action"])]
         ['action_accuracy', 'action_hist_tv']
+        >>> [m.name for m in metrics_for_fields(["action"], action_kind="continuous")][:3]
+        ['action_mae', 'action_cosine', 'action_mse']
     """
     _load_entry_points()
     wanted = set(fields)
-    return [spec for spec in _REGISTRY.values() if spec.field in wanted and (optional or spec.default)]
+    return [spec for spec in _REGISTRY.values()
+            if spec.field in wanted and (optional or spec.default) and applies_to(spec, action_kind)]
 
 
 def _by_protocol(name: str) -> list[MetricSpec] | None:
@@ -168,14 +182,15 @@ def _by_protocol(name: str) -> list[MetricSpec] | None:
 
 
 def select_metrics(requested: Iterable[str] | None, fields: Iterable[str],
-                   attack: str = "the attack") -> tuple[list[MetricSpec], list[str]]:
+                   attack: str = "the attack", action_kind: str = "discrete") -> tuple[list[MetricSpec], list[str]]:
     """The metrics to score for an attack reconstructing ``fields``, and notes on what was skipped.
 
     ``requested`` lists metric names or field names (a field name selects every default metric of that
     field), ``@protocol`` (every metric of a paper's protocol) or ``field@protocol``; None selects every
     default metric of ``fields``. A requested metric whose field the attack does not reconstruct
     is skipped with a note, not an error: asking trajectory metrics of an action-only attack is a question
-    with no answer, not a bad input.
+    with no answer, not a bad input. So is a metric of the other ``action_kind`` (``action_accuracy`` of a
+    continuous task's float commands).
 
     Raises:
         UnknownNameError: For a name that is neither a metric nor a field any metric scores.
@@ -189,26 +204,30 @@ def select_metrics(requested: Iterable[str] | None, fields: Iterable[str],
     _load_entry_points()
     fields = tuple(fields)
     if requested is None:
-        return metrics_for_fields(fields), []
+        return metrics_for_fields(fields, action_kind=action_kind), []
     wanted: list[MetricSpec] = []
     by_field = {spec.field for spec in _REGISTRY.values()}
     for name in requested:
         if name in _REGISTRY:
             specs = [_REGISTRY[name]]
         elif name in by_field:
-            specs = [s for s in _REGISTRY.values() if s.field == name and s.default]
+            specs = [s for s in _REGISTRY.values() if s.field == name and s.default and applies_to(s, action_kind)]
         elif (specs := _by_protocol(name)) is None:
             protocols = sorted({f"@{s.protocol}" for s in _REGISTRY.values() if s.protocol})
             raise UnknownNameError("metric (or field, or @protocol)", name,
                                    list(_REGISTRY) + sorted(by_field) + protocols)
         wanted.extend(s for s in specs if s not in wanted)
-    chosen = [s for s in wanted if s.field in fields]
+    chosen = [s for s in wanted if s.field in fields and applies_to(s, action_kind)]
     skipped: dict[str, list[str]] = {}
     for spec in wanted:
         if spec.field not in fields:
             skipped.setdefault(spec.field, []).append(spec.name)
     notes = [f"skipped {', '.join(names)}: {attack} does not reconstruct the field {field!r} "
              f"(it reconstructs {', '.join(fields) or 'nothing'})" for field, names in skipped.items()]
+    other_kind = [s.name for s in wanted if s.field in fields and not applies_to(s, action_kind)]
+    if other_kind:
+        notes.append(f"skipped {', '.join(other_kind)}: metrics of {'continuous' if action_kind == 'discrete' else 'discrete'}"
+                     f" actions, and this task's actions are {action_kind}")
     return chosen, notes
 
 

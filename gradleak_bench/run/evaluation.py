@@ -122,7 +122,8 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
         if hasattr(gradients, "check_dataset"):  # external gradients must belong to this dataset's episodes
             gradients.check_dataset(dataset)
         episode_ids = select_episodes(dataset, config.episodes, config.sample_seed)
-        metrics, notes = select_metrics(config.metrics, fields, f"attack {attack.description['name']!r}")
+        metrics, notes = select_metrics(config.metrics, fields, f"attack {attack.description['name']!r}",
+                                        task.action_kind)
         if not metrics:
             raise GradleakError(f"nothing to score: no metric scores the fields {list(fields)} that attack "
                                 f"{attack.description['name']!r} reconstructs (metrics asked: {config.metrics})")

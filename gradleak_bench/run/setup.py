@@ -31,14 +31,14 @@ def start_plugins(config: EvaluateConfig, hidden: list[Path]) -> tuple[PluginPro
 def send_victim(processes: list[PluginProcess | None], victim: LoadedVictim, gradients: Any) -> int:
     """Give each plug-in process the victim's public info; returns its number of actions."""
     from gradleak_bench.run.victim import victim_message
-    from gradleak_bench.victims.policies import env_spaces
+    from gradleak_bench.victims.policies import action_count, env_spaces
 
     header, arrays = victim_message(victim, gradients.param_shapes)
     for proc in processes:
         if proc is not None:
             plugin_step(proc, "load", lambda p=proc: p.description)
             plugin_step(proc, "victim", lambda p=proc: p.call("victim", header, arrays))
-    return int(env_spaces(victim.spec.task, victim.spec.image_size)[1].n)
+    return action_count(env_spaces(victim.spec.task, victim.spec.image_size)[1])
 
 
 def attack_reads(attack: PluginProcess, shapes: dict[str, tuple[int, ...]]) -> tuple[str, ...] | None:

@@ -86,8 +86,10 @@ class EpisodeWorker:
                 f"the worker's dataset {dataset.path} has identity {dataset.identity[:16]}..., the driver's "
                 f"{self.dataset_identity[:16]}...: run every node with the same gradleak-bench version")
         from gradleak_bench.metrics import select_metrics
+        from gradleak_bench.tasks import get_task
 
-        metrics, _ = select_metrics(cfg.metrics, attack.description["fields"])
+        metrics, _ = select_metrics(cfg.metrics, attack.description["fields"],
+                                    action_kind=get_task(cfg.task).action_kind)
         if [m.name for m in metrics] != self.metric_names:
             raise GradleakError(f"the worker selected metrics {[m.name for m in metrics]}, the driver "
                                 f"{self.metric_names}: run every node with the same gradleak-bench version")

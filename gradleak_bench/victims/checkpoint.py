@@ -21,7 +21,7 @@ from stable_baselines3.common.policies import BasePolicy
 from gradleak_bench.errors import CorruptFileError, GradleakError
 from gradleak_bench.paths import atomic_write_bytes, cache_dir
 from gradleak_bench.records import VictimInfo
-from gradleak_bench.victims.policies import build_policy, env_spaces
+from gradleak_bench.victims.policies import action_count, build_policy, env_spaces
 from gradleak_bench.victims.zoo import VictimSpec, check_checkpoint, get_victim
 
 
@@ -51,7 +51,7 @@ def victim_info(victim: LoadedVictim, gradients: Any) -> VictimInfo:
     return VictimInfo(
         task=victim.spec.task, victim=victim.spec.name, checkpoint=victim.checkpoint, loss=victim.spec.loss,
         policy=attacker_copy(victim), observation_space=obs_space, action_space=action_space,
-        gradient_shapes=gradients.param_shapes, n_actions=int(action_space.n),
+        gradient_shapes=gradients.param_shapes, n_actions=action_count(action_space),
     )
 
 

@@ -3,8 +3,9 @@
 A Gaussian PPO victim draws ``a = mu(s) + sigma * eps`` and the loss uses that unclipped sample (as SB3's
 rollout buffer stores it); the env executes it clipped to [-1, 1]. A SAC victim draws
 ``a = tanh(mu(s) + sigma(s) * eps)`` (already inside the Box). ``eps`` comes from the episode's numpy
-Generator, so a layout id and a seed fix the episode. No official split is recorded for this task yet:
-:func:`rollout` serves tests, benchmarks and the closed-form attack's measurements (docs/continuous-actions.md).
+Generator, so a layout id and a seed fix the episode. Held-out datasets of this task come from
+:func:`gradleak_bench.dataset.generate_episode` with the same actor and the same draws; :func:`rollout` is the
+dataset-free form tests and benchmarks use (docs/continuous-actions.md).
 """
 from __future__ import annotations
 
@@ -25,11 +26,15 @@ class ContinuousActor:
     def __init__(self, policy: Any, algo: str):
         self.policy, self.algo = policy, algo
 
+    def draw_noise(self, rng: np.random.Generator) -> torch.Tensor:
+        """The standard normal ``eps`` of one step; a replay of recorded actions draws it too and discards it,
+        so the Generator stays in step with the sampled episode."""
+        return torch.as_tensor(rng.standard_normal(int(self.policy.action_space.shape[0])), dtype=torch.float32)
+
     @torch.no_grad()
     def act(self, obs: Any, rng: np.random.Generator) -> np.ndarray:
         obs_tensor, _ = self.policy.obs_to_tensor(obs)
-        dim = int(self.policy.action_space.shape[0])
-        eps = torch.as_tensor(rng.standard_normal(dim), dtype=torch.float32)
+        eps = self.draw_noise(rng)
         if self.algo == "sac":
             mean, log_std, _ = self.policy.actor.get_action_dist_params(obs_tensor)
             return torch.tanh(mean[0] + eps * log_std[0].exp()).numpy().astype(np.float32)

@@ -63,6 +63,12 @@ def env_spaces(task: str, image_size: int) -> tuple[gym.Space, gym.Space]:
         env.close()
 
 
+def action_count(space: gym.Space) -> int:
+    """``VictimInfo.n_actions``: a ``Discrete`` space's number of actions, or a ``Box``'s dimension (as
+    :attr:`gradleak_bench.tasks.TaskSpec.n_actions` counts a continuous task's components)."""
+    return int(space.n) if isinstance(space, gym.spaces.Discrete) else int(space.shape[0])
+
+
 @contextlib.contextmanager
 def single_thread() -> Iterator[None]:
     """Run torch on one thread: with more, some kernels (the QR of SB3's orthogonal initialisation, conv
@@ -115,9 +121,9 @@ class PolicyActor:
             from gradleak_bench.errors import GradleakError
 
             raise GradleakError(
-                "continuous-action victims (PointNavContinuous) have no held-out datasets yet: generate and "
-                "evaluate need integer actions. Roll their episodes out with "
-                "gradleak_bench.victims.continuous_rollout.rollout (docs/continuous-actions.md).")
+                "PolicyActor draws discrete actions; a continuous-action victim (PointNavContinuous) acts with "
+                "gradleak_bench.victims.continuous_rollout.ContinuousActor (gradleak_bench.dataset.make_actor "
+                "picks the right one; docs/continuous-actions.md).")
         self.policy, self.algo, self.eps = policy, algo, exploration_eps
 
     @torch.no_grad()
