@@ -50,7 +50,7 @@ def scene(seed: int = 0) -> np.ndarray:
     return np.clip(np.array(frames), 40, 200).astype(np.uint8)
 
 
-def truth_for(field: str, rng: np.random.Generator, side: int = H) -> np.ndarray:
+def truth_for(field: str, rng: np.random.Generator, side: int = H, action_kind: str | None = None) -> np.ndarray:
     """Plausible truth of one episode for any field a built-in metric scores (frames ``side`` pixels wide)."""
     if field == "rgb":
         return scene() if side == H else np.kron(scene(), np.ones((1, side // H, side // H, 1), np.uint8))
@@ -63,6 +63,8 @@ def truth_for(field: str, rng: np.random.Generator, side: int = H) -> np.ndarray
         return rng.uniform(0.5, 3.0, (T, 2)).astype(np.float32)
     if field == "pose":
         return rng.uniform(-5, 5, (T, 3)).astype(np.float32)
+    if field == "action" and action_kind == "continuous":  # (linear, angular) commands
+        return rng.uniform(-1, 1, (T, 2)).astype(np.float32)
     if field == "action":
         return rng.integers(0, 4, T)
     return rng.uniform(0.5, 2.0, T).astype(np.float32)
@@ -142,7 +144,8 @@ def test_shape_mismatch_is_loud():
 @pytest.mark.parametrize("spec", all_metrics(), ids=lambda s: s.name)
 def test_nan_frame_is_nan_for_that_step_only(spec: MetricSpec):
     rng = np.random.default_rng(4)
-    truth = truth_for(spec.field, rng, side=48 if "ms_ssim" in spec.name else H)  # MS-SSIM needs >= 44 pixels
+    truth = truth_for(spec.field, rng, side=48 if "ms_ssim" in spec.name else H,  # MS-SSIM needs >= 44 pixels
+                      action_kind=spec.action_kind)
     context = {}
     if spec.needs_episode:  # layout metrics (trajectory key points, rooms): a path through a doorway of layout 0
         truth, context = _through_a_doorway(), {"episode": Episode("L000-E00", "PointNav", 0, 0, {})}

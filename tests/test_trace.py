@@ -296,6 +296,54 @@ def test_cli_end_to_end(tmp_path):
     assert "Traceback" not in refused.stderr
 
 
+# --- continuous actions (PointNavContinuous) -------------------------------------------------------------
+
+def _continuous_setup():
+    loaded = load_victim("PointNavContinuous", "ppo_gaussian", "init")
+    gradients = EpisodeGradients(loaded.policy, loaded.spec.loss,
+                                 env_spaces("PointNavContinuous", loaded.spec.image_size)[0])
+    return victim_info(loaded, gradients), AuxiliaryData(loaded, gradients)
+
+
+@pytest.mark.parametrize("action_loss", ["mse", "nll"])
+def test_continuous_action_head_regresses_the_command(cache_dir, action_loss):
+    """A Box victim gets a regression head (mean and log-variance of each component) trained with MSE or the
+    Gaussian NLL; reconstruct returns the float command (T, 2) and its predicted spread; the attacker
+    reloads from the cache with the same head."""
+    info, aux = _continuous_setup()
+    attack = tr.TRACE(**TINY, protocol="first8", action_loss=action_loss)
+    attack.fit(info, aux)
+    assert attack.model.continuous and attack.model.act_dec[-1].out_features == 4
+    history = json.loads(attack.path.with_suffix(".json").read_text())["report"]["history"]
+    assert np.isfinite(history[-1][f"action_{action_loss}"]) and "val_action_mae" in history[-1]
+    episode, stream = next(aux.collect(max_episodes=1, split="val"))
+    recon = attack.reconstruct(ObservedEpisode("k", np.arange(episode.length), stream), info)
+    action = recon.fields["action"]
+    assert action.dtype == np.float32 and action.shape == episode.steps["action"].shape == (episode.length, 2)
+    assert np.isfinite(action).all() and (recon.extras["action_std"] > 0).all()
+    again = tr.TRACE(**TINY, protocol="first8", action_loss=action_loss, train="never")
+    again.fit(info, aux)
+    assert again.model.continuous
+    np.testing.assert_array_equal(again.reconstruct(ObservedEpisode("k", np.arange(episode.length), stream),
+                                                    info).fields["action"], action)
+
+
+def test_continuous_action_loss_terms():
+    from gradleak_bench.baselines.attacks.trace.training import action_loss
+
+    net = tr.TRACE(**TINY, action_loss="nll")._build(tr.TRACE(**TINY, action_loss="nll").config, SHAPES, 2,
+                                                     (32, 32), continuous=True)
+    target = torch.tensor([[1.0, -1.0]])
+    out = torch.tensor([[0.0, -1.0, 0.0, 0.0]])  # mean (0, -1), log-variance 0: NLL = 0.5 * mean((1, 0))
+    assert float(action_loss(net, out, target)) == pytest.approx(0.25)
+    net.cfg = tr.TraceConfig(action_loss="mse")
+    assert float(action_loss(net, out, target)) == pytest.approx(0.5)
+    # the default leaves the config hash of every discrete attacker as it was
+    assert "action_loss" not in tr.TraceConfig().to_dict() and tr.TraceConfig(action_loss="nll").to_dict()["action_loss"]
+    with pytest.raises(PluginLoadError, match="action_loss"):
+        plugins.load("attack", "trace", {"preset": "tiny", "action_loss": "huber"})
+
+
 # --- real sizes (slow) -------------------------------------------------------------------------------------
 
 @pytest.mark.slow

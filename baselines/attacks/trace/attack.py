@@ -14,8 +14,9 @@ import torch
 
 from gradleak_bench.artifacts import ArtifactCache, load_module, read_metadata
 from gradleak_bench.baselines.attacks.trace import data as trace_data
-from gradleak_bench.baselines.attacks.trace.config import (FEATURES_VERSION, FORMAT, PRESETS, TraceConfig,
-                                                           gradient_layout, rgb_shape, victim_identity)
+from gradleak_bench.baselines.attacks.trace.config import (ACTION_LOSSES, FEATURES_VERSION, FORMAT, PRESETS,
+                                                           TraceConfig, continuous_actions, gradient_layout, rgb_shape,
+                                                           victim_identity)
 from gradleak_bench.baselines.attacks.trace.model import GradientFeaturizer, TraceNet
 from gradleak_bench.baselines.attacks.trace.training import TrainOptions, normalise_features, train
 from gradleak_bench.dataset import PROTOCOLS
@@ -68,6 +69,9 @@ class TRACE:
         self.config = replace(TraceConfig(), **{**PRESETS[preset], **self.defaults, **overrides})
         if self.config.seq_len < 1:
             raise ValueError("seq_len must be >= 1")
+        if self.config.action_loss not in ACTION_LOSSES:
+            raise ValueError(f"unknown action_loss {self.config.action_loss!r}; known: {', '.join(ACTION_LOSSES)} "
+                             "(the action term for a continuous victim)")
         if self.config.protocol not in PROTOCOLS:
             raise ValueError(f"unknown data protocol {self.config.protocol!r}; known: {', '.join(PROTOCOLS)}")
         self.data_protocol = self.config.protocol  # type: ignore[misc]  # per instance: the configured one
@@ -115,6 +119,10 @@ class TRACE:
         with torch.no_grad():
             images, logits = self.model.generate(feats)
         rgb = images.clamp(0, 1).movedim(1, -1).cpu().double().numpy() * 255.0
+        if self.model.continuous:  # the predicted mean command; its predicted spread as an extra
+            mean, log_var = self.model.gaussian(logits.cpu())
+            return Reconstruction(fields={"rgb": rgb, "action": mean.numpy().astype(np.float32)},
+                                  extras={"action_std": (0.5 * log_var).exp().numpy()})
         return Reconstruction(fields={"rgb": rgb, "action": logits.argmax(-1).cpu().numpy().astype(np.int64)},
                               extras={"action_probs": logits.softmax(-1).cpu().numpy()})
 
@@ -139,15 +147,16 @@ class TRACE:
             cache.metadata(MODEL, FORMAT)  # the cached file is this configuration's
         cfg = replace(TraceConfig(), **meta["config"])
         model = self._build(cfg, {k: tuple(v) for k, v in meta["gradient_layout"].items()},
-                            meta["victim"]["n_actions"], tuple(meta["image_size"]))
+                            meta["victim"]["n_actions"], tuple(meta["image_size"]),
+                            meta.get("action_kind", "discrete") == "continuous")
         load_module(path, model)
         self.config, self.model, self.meta, self.path = cfg, model.to(self.device).eval(), meta, path
 
     def _build(self, cfg: TraceConfig, shapes: Mapping[str, tuple[int, ...]], n_actions: int,
-               size: tuple[int, int]) -> TraceNet:
+               size: tuple[int, int], continuous: bool = False) -> TraceNet:
         featurizer = GradientFeaturizer(shapes, cfg.sketch_rank, cfg.bias_dim, cfg.feature_seed)
         torch.manual_seed(cfg.seed)
-        return TraceNet(cfg, featurizer, n_actions, size)
+        return TraceNet(cfg, featurizer, n_actions, size, continuous)
 
     # -- training --
 
@@ -155,7 +164,8 @@ class TRACE:
                cache: ArtifactCache) -> None:
         c = self.config
         size = rgb_shape(victim)
-        model = self._build(c, {k: tuple(v) for k, v in layout.items()}, victim.n_actions, size)
+        continuous = continuous_actions(victim)
+        model = self._build(c, {k: tuple(v) for k, v in layout.items()}, victim.n_actions, size, continuous)
         print(f"[{self.name}] no cached attacker for this victim and config: training one "
               f"(preset {self.preset!r}, {c.epochs} epochs, {c.protocol} auxiliary episodes); weights will be "
               f"cached in {cache.directory}", file=sys.stderr, flush=True)
@@ -170,6 +180,7 @@ class TRACE:
         cache.save_module(MODEL, model.cpu(), {
             "format": FORMAT, "attack": self.name, "preset": self.preset, "config": c.to_dict(),
             "victim": identity, "gradient_layout": layout, "image_size": list(size),
+            "action_kind": "continuous" if continuous else "discrete",
             "feature_dim": model.featurizer.dim, "n_parameters": sum(p.numel() for p in model.parameters()),
             "torch": torch.__version__, "report": report})
         self._load(cache.path(MODEL), identity, layout, cache=cache)

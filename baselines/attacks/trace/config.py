@@ -47,9 +47,15 @@ class TraceConfig:
     ss_max: float = 0.5
     action_weight: float = 0.1
     seed: int = 0
+    # the action term of a continuous (Box) victim's loss: ``mse`` on the predicted mean, or ``nll``, the
+    # Gaussian negative log-likelihood with the head's predicted log-variance (docs/continuous-actions.md)
+    action_loss: str = "mse"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.action_loss == "mse":  # the default is left out, so attackers cached before it keep their hash
+            del out["action_loss"]
+        return out
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -77,6 +83,16 @@ def victim_fingerprint(victim: VictimInfo) -> str:
         digest.update(str(tuple(p.shape)).encode())
         digest.update(p.detach().cpu().contiguous().float().numpy().tobytes())
     return digest.hexdigest()[:16]
+
+
+ACTION_LOSSES = ("mse", "nll")
+
+
+def continuous_actions(victim: VictimInfo) -> bool:
+    """Whether the victim acts in a ``Box`` (TRACE then regresses the action vector instead of classifying)."""
+    import gymnasium as gym
+
+    return isinstance(victim.action_space, gym.spaces.Box)
 
 
 def victim_identity(victim: VictimInfo) -> dict[str, Any]:

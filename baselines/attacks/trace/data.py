@@ -19,7 +19,7 @@ from gradleak_bench.baselines.attacks.trace.model import GradientFeaturizer
 class TraceData:
     feats: torch.Tensor    # (N, T, F) float32, zero-padded
     images: torch.Tensor   # (N, T, H, W, 3) uint8
-    actions: torch.Tensor  # (N, T) int64, -1 where padded
+    actions: torch.Tensor  # (N, T) int64, -1 where padded; continuous: (N, T, d) float32, 0 where padded
     lengths: torch.Tensor  # (N,) int64
 
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -31,12 +31,14 @@ def stack(items: list[tuple[torch.Tensor, np.ndarray, np.ndarray]], T: int) -> T
     H, W = items[0][1].shape[1:3]
     feats = torch.zeros(n, T, F_)
     images = torch.zeros(n, T, H, W, 3, dtype=torch.uint8)
-    actions = torch.full((n, T), -1, dtype=torch.long)
+    first = np.asarray(items[0][2])
+    actions = (torch.zeros((n, T, first.shape[1]), dtype=torch.float32) if first.ndim == 2 else
+               torch.full((n, T), -1, dtype=torch.long))
     lengths = torch.zeros(n, dtype=torch.long)
     for i, (f, rgb, act) in enumerate(items):
         k = f.shape[0]
         feats[i, :k], images[i, :k] = f, torch.as_tensor(rgb)
-        actions[i, :k], lengths[i] = torch.as_tensor(act), k
+        actions[i, :k], lengths[i] = torch.as_tensor(np.asarray(act)).to(actions.dtype), k
     return TraceData(feats, images, actions, lengths)
 
 

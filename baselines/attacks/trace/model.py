@@ -155,9 +155,10 @@ class TraceNet(nn.Module):
 
     START, GRAD, IMAGE = 0, 1, 2
 
-    def __init__(self, cfg: TraceConfig, featurizer: GradientFeaturizer, n_actions: int, size: tuple[int, int]):
+    def __init__(self, cfg: TraceConfig, featurizer: GradientFeaturizer, n_actions: int, size: tuple[int, int],
+                 continuous: bool = False):
         super().__init__()
-        self.cfg, self.size = cfg, size
+        self.cfg, self.size, self.continuous = cfg, size, continuous
         self.featurizer = featurizer
         d = cfg.d_model
         self.register_buffer("feat_mean", torch.zeros(featurizer.dim))
@@ -179,7 +180,9 @@ class TraceNet(nn.Module):
                 blocks += [nn.Linear(d, cfg.ff), nn.GELU(), nn.Linear(cfg.ff, d), nn.GELU()]
             self.mlp = nn.Sequential(*blocks, nn.LayerNorm(d))
         self.img_dec = ImageDecoder(d, cfg.img_channels, size)
-        self.act_dec = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, n_actions))
+        # discrete: one logit per action; continuous (n_actions = the Box's dimension d): the mean of each
+        # component, then its log-variance (read by the Gaussian NLL loss; ignored by the MSE one)
+        self.act_dec = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, 2 * n_actions if continuous else n_actions))
 
     # features -> gradient tokens
     def grad_tokens(self, feats: torch.Tensor) -> torch.Tensor:
@@ -237,12 +240,19 @@ class TraceNet(nn.Module):
         img = self.img_dec(h.reshape(-1, h.shape[-1])).reshape(*lead, 3, *self.size)
         return img, self.act_dec(h)
 
+    def gaussian(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A continuous head's output (..., 2d) as (mean, log-variance), each (..., d); the log-variance is
+        kept in [-10, 10] so the NLL cannot run away on a step the head fits exactly."""
+        mean, log_var = out.chunk(2, dim=-1)
+        return mean, log_var.clamp(-10.0, 10.0)
+
     def forward(self, feats: torch.Tensor, prev: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         return self.decode(self.latent(self.grad_tokens(feats), prev))
 
     @torch.no_grad()
     def generate(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Autoregressive reconstruction of one episode: feats (T, F) -> images (T, 3, H, W), logits (T, A).
+        """Autoregressive reconstruction of one episode: feats (T, F) -> images (T, 3, H, W), the action head's
+        output (T, A): logits, or for a continuous victim (mean, log-variance) per component (T, 2d).
         Frame t is decoded from the gradients up to t and the attacker's own frames before t."""
         T = feats.shape[0]
         gtok = self.grad_tokens(feats)[None]

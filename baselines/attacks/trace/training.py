@@ -91,7 +91,8 @@ def _epoch(model: TraceNet, opt: torch.optim.Optimizer, data: TraceData, val: Tr
     gen = torch.Generator().manual_seed(c.seed * 1_000_003 + epoch)
     order = torch.randperm(data.feats.shape[0], generator=gen)
     tf = epoch < c.tf_fraction * c.epochs
-    sums = {"loss": 0.0, "mse": 0.0, "ce": 0.0, "n": 0}
+    term = action_term(model)
+    sums = {"loss": 0.0, "mse": 0.0, term: 0.0, "n": 0}
     p_sample = 0.0 if tf else c.ss_max * min(1.0, (epoch + 1 - c.tf_fraction * c.epochs) /
                                              max(1.0, (1 - c.tf_fraction) * c.epochs / 2))
     model.train()
@@ -108,26 +109,45 @@ def _epoch(model: TraceNet, opt: torch.optim.Optimizer, data: TraceData, val: Tr
         opt.step()
         sums["loss"] += float(loss.detach()) * len(ids)
         sums["mse"] += parts["mse"] * len(ids)
-        sums["ce"] += parts["ce"] * len(ids)
+        sums[term] += parts[term] * len(ids)
         sums["n"] += len(ids)
         bar.update(1)
         bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss.detach()):.4f}", p_ss=f"{p_sample:.2f}")
     seconds = time.perf_counter() - t0
-    val_psnr, val_acc = validate(model, val, device)
+    val_psnr, val_action = validate(model, val, device)
     return {"epoch": epoch + 1, "loss": sums["loss"] / sums["n"], "mse": sums["mse"] / sums["n"],
-            "ce": sums["ce"] / sums["n"], "p_scheduled_sampling": p_sample, "seconds": seconds,
+            term: sums[term] / sums["n"], "p_scheduled_sampling": p_sample, "seconds": seconds,
             "sequences_per_s": sums["n"] / seconds, "val_psnr_autoregressive": val_psnr,
-            "val_action_accuracy": val_acc}
+            ("val_action_mae" if model.continuous else "val_action_accuracy"): val_action}
+
+
+def action_term(model: TraceNet) -> str:
+    """The name of the loss's action term in the training history: ``ce`` (discrete), ``action_mse`` or
+    ``action_nll`` (continuous, :attr:`TraceConfig.action_loss`)."""
+    return f"action_{model.cfg.action_loss}" if model.continuous else "ce"
+
+
+def action_loss(model: TraceNet, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The action term on the valid steps: cross-entropy of the logits (discrete); for a continuous victim
+    the MSE of the predicted mean, or the Gaussian NLL with the predicted log-variance (``nll``, up to its
+    constant), both averaged over steps and components."""
+    if not model.continuous:
+        return F.cross_entropy(out, target)
+    mean, log_var = model.gaussian(out)
+    if model.cfg.action_loss == "nll":
+        return 0.5 * (log_var + (target - mean).pow(2) * torch.exp(-log_var)).mean()
+    return (target - mean).pow(2).mean()
 
 
 def loss_of(model: TraceNet, data: TraceData, ids: torch.Tensor, p_sample: float, gen: torch.Generator,
             device: torch.device) -> tuple[torch.Tensor, dict[str, float]]:
-    """MSE + L1 on [0, 1] RGB + ``action_weight`` x cross-entropy; previous-image tokens from the true frames,
-    each replaced by the model's own (no-grad) prediction with probability ``p_sample``."""
+    """MSE + L1 on [0, 1] RGB + ``action_weight`` x the action term (:func:`action_loss`); previous-image
+    tokens from the true frames, each replaced by the model's own (no-grad) prediction with probability
+    ``p_sample``."""
     feats = data.feats[ids].to(device)
     target = to_unit(data.images[ids]).to(device)
     actions = data.actions[ids].to(device)
-    B, T = actions.shape
+    B, T = actions.shape[:2]
     valid = (torch.arange(T)[None] < data.lengths[ids][:, None]).to(device)
     prev = torch.zeros_like(target)
     prev[:, 1:] = target[:, :-1]
@@ -139,20 +159,24 @@ def loss_of(model: TraceNet, data: TraceData, ids: torch.Tensor, p_sample: float
     images, logits = model(feats, prev if model.cfg.temporal else None)
     err = (images - target)[valid]
     mse, l1 = err.pow(2).mean(), err.abs().mean()
-    ce = F.cross_entropy(logits[valid], actions[valid])
-    return mse + l1 + model.cfg.action_weight * ce, {"mse": float(mse.detach()), "ce": float(ce.detach())}
+    act = action_loss(model, logits[valid], actions[valid])
+    return mse + l1 + model.cfg.action_weight * act, {"mse": float(mse.detach()), action_term(model): float(act.detach())}
 
 
 @torch.no_grad()
 def validate(model: TraceNet, val: TraceData, device: torch.device) -> tuple[float, float]:
-    """Autoregressive PSNR and action accuracy on the attacker's own val-layout episodes."""
+    """Autoregressive PSNR and action accuracy (continuous: the mean absolute error of the predicted mean,
+    per step and component) on the attacker's own val-layout episodes."""
     model.eval()
     psnrs, hits = [], []
     for i in range(val.feats.shape[0]):
         k = int(val.lengths[i])
         images, logits = model.generate(val.feats[i, :k].to(device))
         psnrs.append(psnr(images.cpu(), to_unit(val.images[i, :k])))
-        hits.append(logits.argmax(-1).cpu() == val.actions[i, :k])
+        if model.continuous:
+            hits.append((model.gaussian(logits)[0].cpu() - val.actions[i, :k]).abs().flatten())
+        else:
+            hits.append(logits.argmax(-1).cpu() == val.actions[i, :k])
     model.train()
     return float(torch.cat(psnrs).mean()), float(torch.cat(hits).float().mean())
 
