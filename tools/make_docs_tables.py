@@ -603,6 +603,48 @@ def frontier_pointnav(data: dict) -> str:
     return markdown(header, rows)
 
 
+# ------------------------------------------------------------------ continuous actions (docs/continuous-actions.md)
+
+CONTINUOUS = "benchmarks/results/continuous_pipeline.json"
+
+
+def _mean_ci(metric: dict | None, digits: str) -> str:
+    """``mean [low, high]`` of a summary in ``digits`` (a format spec such as ``.3g``)."""
+    if not metric or not isinstance(metric.get("mean"), (int, float)):
+        return "--"
+    low, high = metric.get("ci_low"), metric.get("ci_high")
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+        return f"{metric['mean']:{digits}} [{low:{digits}}, {high:{digits}}]"
+    return f"{metric['mean']:{digits}}"
+
+
+def continuous_pipeline(data: dict) -> str:
+    defenses = ("none", "gaussian_noise", "topk")
+
+    def order(unit: dict) -> tuple:
+        u = unit["unit"]
+        return (u["attack"] != "closed_form_gaussian", u["victim"], u["checkpoint"] != "init",
+                defenses.index(u["defense"]) if u["defense"] in defenses else len(defenses), u["defense"])
+
+    rows = []
+    for unit in sorted(data["units"].values(), key=order):
+        u, m = unit["unit"], unit["metrics"]
+        params = ", ".join(f"{k} {v:g}" for k, v in u["defense_params"].items())
+        mae, sign = m.get("action_mae", {}), m.get("action_sign_accuracy", {})
+        best = (mae.get("best_prior") or "--").removeprefix("prior:")
+        rows.append([f"`{u['attack']}`", f"`{u['victim']}/{u['checkpoint']}`",
+                     f"`{u['defense']}`" + (f" ({params})" if params else ""), _mean_ci(mae, ".3g"),
+                     f"{best} {number(mae.get('best_prior_mean'), 3)}", _mean_ci(mae.get("prior_leakage"), ".3g"),
+                     _mean_ci(m.get("action_linear_ae"), ".3g"), _mean_ci(m.get("action_angular_ae"), ".3g"),
+                     _mean_ci(sign, ".3f"),
+                     f"{(sign.get('best_prior') or '--').removeprefix('prior:')} {number(sign.get('best_prior_mean'), 3)}",
+                     _mean_ci(m.get("rgb_psnr"), ".2f"), number(unit["wall_seconds"], 0),
+                     number(unit.get("fit_seconds"), 0)])
+    return markdown(["attack", "victim", "defense", "action MAE [95% CI]", "best prior (MAE)",
+                     "leakage vs best prior", "linear abs. err.", "angular abs. err.", "sign accuracy",
+                     "sign: best prior", "RGB PSNR (dB)", "wall s", "fit s"], rows)
+
+
 # ------------------------------------------------------------------ registry
 
 TABLES: dict[str, Table] = {
@@ -633,6 +675,7 @@ TABLES: dict[str, Table] = {
     "frontier_pointnav": Table("docs/defenses.md", (FRONTIER,), frontier_pointnav),
     "resolution_closed_form": Table("docs/trace.md", RESOLUTION_CLOSED_FORM_RUNS, resolution_table),
     "resolution_inversion": Table("docs/inversion-attacks.md", RESOLUTION_IG_RUNS, resolution_inversion),
+    "continuous_pipeline": Table("docs/continuous-actions.md", (CONTINUOUS,), continuous_pipeline),
 }
 
 
