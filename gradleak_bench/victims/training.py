@@ -20,7 +20,7 @@ from gradleak_bench.paths import atomic_write_bytes
 from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.checkpoint import cached_dir, load_victim, save_checkpoint
 from gradleak_bench.victims.continuous_rollout import ContinuousActor, random_action
-from gradleak_bench.victims.policies import PolicyActor, algorithm_class, resolve_policy_kwargs
+from gradleak_bench.victims.policies import PolicyActor, algorithm_class, build_policy, resolve_policy_kwargs
 from gradleak_bench.victims.zoo import VictimSpec, get_victim
 
 CHUNK_STEPS = 4096
@@ -104,8 +104,15 @@ def _start_weights(spec: VictimSpec) -> dict[str, torch.Tensor]:
     seeded initialisation, rebuilt only where none is published: another CPU's kernels initialise differently
     in the last bits) or its committed ``trained`` one, each verified against the zoo's spec and its sha256 by
     :func:`load_victim`. SB3's optimiser starts fresh either way: a checkpoint holds weights only, as a shared
-    federated model would."""
-    return load_victim(spec.task, spec.name, spec.train.start).policy.state_dict()
+    federated model would. A spec that differs from the zoo's in more than its training (a test's smaller
+    network) has no committed checkpoint: it starts from its own seeded initialisation."""
+    zoo = get_victim(spec.task, spec.name)
+    if dataclasses.replace(spec, train=zoo.train, description=zoo.description) == zoo:
+        return load_victim(spec.task, spec.name, spec.train.start).policy.state_dict()
+    if spec.train.start != "init":
+        raise GradleakError(f"{spec.key} differs from the zoo's victim in more than its training, so it has no "
+                            f"committed {spec.train.start!r} checkpoint to start from; start from init.")
+    return build_policy(spec).state_dict()
 
 
 def with_budget(spec: VictimSpec, budget: int | None = None, seed: int | None = None,
