@@ -57,6 +57,8 @@ def test_attack_runs_through_the_runner(tmp_path, attack, task, victim, params, 
         assert recon.fields[name].shape == episode.steps[name].shape, name
     if attack != "dlg":  # every other attack takes the action by a rule: exact at init
         assert metrics["action_accuracy"]["mean"] == 1.0
+    settings = result.summary["attack_settings"]  # what the preset stands for, beside the params given
+    assert settings["preset"] == "quick" and all(settings[k] == v for k, v in params.items())
 
 
 def test_matcher_is_exact_at_the_truth():
@@ -142,3 +144,53 @@ def test_ablation_variants_run(params):
         ObservedEpisode("k", np.arange(episode.length), stream), info)
     assert recon.fields["rgb"].shape == episode.steps["rgb"].shape
     assert np.isfinite(recon.fields["q_target"]).all()
+
+
+def test_snapshot_iterations_are_parsed_or_refused_clearly():
+    from gradleak_bench.baselines.attacks.common import snapshot_iterations
+
+    assert snapshot_iterations("300, 100,300") == (100, 300)
+    assert snapshot_iterations((5, 1)) == (1, 5)
+    assert snapshot_iterations("") == ()
+    for bad in ("a,1", "0,10"):
+        with pytest.raises(ValueError, match="snapshots"):
+            snapshot_iterations(bad)
+
+
+@pytest.mark.parametrize("attack,last", [
+    (inv.InvertingGradients(iterations=3, snapshots="1,3"), 3),
+    (inv.DLG(iterations=2, snapshots="1,2"), 2),
+    (inv.QGI(stage1=2, stage2=3, snapshots="1,3"), 3),
+], ids=["ig", "dlg", "qgi"])
+def test_snapshots_are_points_of_the_same_run(attack, last):
+    """A budget curve's points come from one run: the snapshot at the last iteration is the returned
+    reconstruction itself, an earlier one is an earlier iterate of the same run."""
+    episode, stream, _, info = _episode("ActivePerception", "dqn_compact")
+    assert attack.supports(info) is None
+    recon = attack.reconstruct(ObservedEpisode("k", np.arange(episode.length), stream), info)
+    snaps = recon.extras["snapshots"]
+    assert sorted(snaps) == [1, last]
+    np.testing.assert_array_equal(snaps[last]["rgb"], recon.fields["rgb"])
+    assert not np.array_equal(snaps[1]["rgb"], snaps[last]["rgb"])
+
+
+def test_known_scalars_are_not_optimised():
+    """``known_scalars`` fixes the loss's scalar targets (the reference comparison's exact loss)."""
+    episode, stream, gradients, info = _episode("ActivePerception", "dqn_compact")
+    truth = gradients.inputs(dict(episode.steps)).q_targets.float()
+
+    class Known(inv.InvertingGradients):
+        def known_scalars(self, episode, victim):
+            return {"q_target": truth}
+
+    attack = Known(iterations=2)
+    assert attack.supports(info) is None
+    recon = attack.reconstruct(ObservedEpisode("k", np.arange(episode.length), stream), info)
+    np.testing.assert_allclose(recon.fields["q_target"], truth.double().numpy(), rtol=1e-6)
+
+
+def test_presets_resolve_to_stated_settings():
+    assert inv.InvertingGradients(preset="paper").settings()["iterations"] == 4800
+    assert inv.DLG(preset="paper").settings()["iterations"] == 300
+    assert {k: inv.QGI(preset="paper").settings()[k] for k in ("stage1", "stage2")} == {"stage1": 10_000,
+                                                                                        "stage2": 10_000}

@@ -16,6 +16,24 @@ def rule_actions(episode: ObservedEpisode, victim: VictimInfo) -> torch.Tensor:
     return torch.as_tensor(ClosedFormAction().reconstruct(episode, victim).fields["action"])
 
 
+def snapshot_iterations(value: object) -> tuple[int, ...]:
+    """The ``snapshots`` parameter of the optimisation attacks as sorted positive iteration counts.
+
+    ``value`` is an iterable of integers or a comma-separated string (``-A snapshots=100,300``): the
+    iterations after which the attack also returns its intermediate reconstruction, in
+    ``extras["snapshots"]`` (iteration -> fields), so a budget curve comes from one run per frame."""
+    if value is None or value == "" or value == ():
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+    try:
+        out = sorted({int(str(v).strip()) for v in items})
+    except ValueError:
+        raise ValueError(f"snapshots must be iteration counts like '100,300,1000', not {value!r}") from None
+    if out and out[0] < 1:
+        raise ValueError(f"snapshots must be positive iteration counts, not {value!r}")
+    return tuple(out)
+
+
 def unsupported_head(victim: VictimInfo) -> str | None:
     try:
         head_parameter_names(victim)

@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from gradleak_bench.baselines.attacks.common import ObservationAttack, rule_actions
+from gradleak_bench.baselines.attacks.common import ObservationAttack, rule_actions, snapshot_iterations
 from gradleak_bench.inversion import (GradientMatcher, VictimNet, as_policy_obs, init_unit, modalities, nan_rows,
                                       objective_scalars, original_objective, to_fields)
 from gradleak_bench.records import ObservedEpisode, Reconstruction, VictimInfo
@@ -24,6 +24,8 @@ class DLG(ObservationAttack):
     Args:
         preset: ``"quick"`` (30 L-BFGS iterations) or ``"paper"`` (300, as in DLG).
         iterations: override the preset. lr: L-BFGS step (1). seed: initialisation seed.
+        snapshots: iteration counts (``"10,30,100"``) after which the intermediate reconstruction is also
+            returned, in ``extras["snapshots"]`` (the points of a budget curve from one run).
     """
 
     name: ClassVar[str] = "dlg"
@@ -31,12 +33,20 @@ class DLG(ObservationAttack):
     label_from_gradient: ClassVar[bool] = False
     _PRESETS: ClassVar[dict[str, int]] = {"quick": 30, "paper": 300}
 
-    def __init__(self, preset: str = "quick", iterations: int | None = None, lr: float = 1.0, seed: int = 0):
+    def __init__(self, preset: str = "quick", iterations: int | None = None, lr: float = 1.0, seed: int = 0,
+                 snapshots: object = ()):
         if preset not in self._PRESETS:
             raise ValueError(f"preset must be one of {sorted(self._PRESETS)}, not {preset!r}")
         self.preset = preset
         self.iterations = int(iterations if iterations is not None else self._PRESETS[preset])
         self.lr, self.seed = float(lr), int(seed)
+        self.snapshots = snapshot_iterations(snapshots)
+
+    def settings(self) -> dict[str, object]:
+        """The resolved budget and hyper-parameters (what the preset stands for), for results files."""
+        return {"preset": self.preset, "iterations": self.iterations,
+                "optimizer": "L-BFGS (strong Wolfe, history 100)", "lr": self.lr, "loss": "||g_rec - g||^2 / ||g||^2",
+                "label": "closed-form rule" if self.label_from_gradient else "soft label optimised", "seed": self.seed}
 
     def reconstruct(self, episode: ObservedEpisode, victim: VictimInfo) -> Reconstruction:
         net = VictimNet(victim)
@@ -79,20 +89,28 @@ class DLG(ObservationAttack):
                     p.grad.nan_to_num_(0.0, 0.0, 0.0)
             return total
 
-        for _ in range(self.iterations):
+        def fields_now(failed_now: torch.Tensor) -> dict[str, np.ndarray]:
+            fields = to_fields(mods, {k: variables[k] for k in mods})
+            for s in scalars:
+                fields[s] = variables[f"scalar:{s}"].detach().double().numpy()
+            fields = nan_rows(fields, failed_now.numpy())
+            actions = rule if rule is not None else variables["label"].detach().argmax(dim=1)
+            fields["action"] = actions.numpy().astype(np.int64)
+            return self._fill(fields, victim)
+
+        snapshots: dict[int, dict[str, np.ndarray]] = {}
+        for done in range(1, self.iterations + 1):
             optimizer.step(closure)
             with torch.no_grad():
                 for k in mods:
                     bad = ~torch.isfinite(variables[k].reshape(length, -1)).all(dim=1)
                     failed |= bad
                     variables[k].nan_to_num_(0.5).clamp_(0.0, 1.0)  # box; a diverged frame stays flagged
+            if done in self.snapshots:
+                snapshots[done] = fields_now(failed.clone())
         final = per_frame(variables).detach()
         failed |= ~torch.isfinite(final)
-        fields = to_fields(mods, {k: variables[k] for k in mods})
-        for s in scalars:
-            fields[s] = variables[f"scalar:{s}"].detach().double().numpy()
-        fields = nan_rows(fields, failed.numpy())
-        actions = rule if rule is not None else variables["label"].detach().argmax(dim=1)
-        fields["action"] = actions.numpy().astype(np.int64)
-        return Reconstruction(fields=self._fill(fields, victim), extras={"loss": final.numpy(), "failed": failed.numpy()})
-
+        extras = {"loss": final.numpy(), "failed": failed.numpy()}
+        if self.snapshots:
+            extras["snapshots"] = snapshots
+        return Reconstruction(fields=fields_now(failed), extras=extras)

@@ -47,5 +47,6 @@ class QGI(TwoStagePipeline):
         fields = nan_rows(fields, failed)
         fields.update(action=actions.numpy().astype(np.int64), q_value=q_pred.double().numpy(),
                       q_target=q_target.double().numpy())
-        return Reconstruction(fields=fields, extras={"failed": failed, "error_derivative": derivative.numpy()})
+        return Reconstruction(fields=fields, extras={"failed": failed, "error_derivative": derivative.numpy(),
+                                                     **self._snapshot_extras(scal)})
 

@@ -47,4 +47,5 @@ class RGI(TwoStagePipeline):
             returns = scal["scalar:return"].detach().double()
         fields = nan_rows(fields, failed)
         fields.update(action=actions.numpy().astype(np.int64), **{"return": returns.numpy()})
-        return Reconstruction(fields=fields, extras={"failed": failed, "probabilities": p.numpy()})
+        return Reconstruction(fields=fields, extras={"failed": failed, "probabilities": p.numpy(),
+                                                     **self._snapshot_extras(scal)})

@@ -17,8 +17,9 @@ import torch
 from torch import nn
 
 from gradleak_bench.baselines.attacks.closed_form import head_parameter_names, logit_gradients
+from gradleak_bench.baselines.attacks.common import snapshot_iterations
 from gradleak_bench.inversion import (GradientMatcher, VictimNet, adam_inversion, init_unit, modalities,
-                                      objective_scalars, original_objective, surrogate_objective, to_fields,
+                                      nan_rows, objective_scalars, original_objective, surrogate_objective, to_fields,
                                       total_variation)
 from gradleak_bench.records import ObservedEpisode, VictimInfo
 
@@ -40,6 +41,9 @@ class TwoStagePipeline:
             linear layer's weight gradient is g z^T and its bias gradient g, so its input z is the
             least-squares ratio of the two -- exact for a single-sample gradient, no iterations).
         seed: initialisation seed.
+        snapshots: stage-2 iteration counts (``"200,1000"``) after which the intermediate images are also
+            returned, in ``extras["snapshots"]`` (iteration -> the state fields; stage 1 is complete by then):
+            a budget curve of stage 2 from one run.
     """
 
     algo: ClassVar[str] = ""
@@ -47,7 +51,7 @@ class TwoStagePipeline:
 
     def __init__(self, preset: str = "quick", stage1: int | None = None, stage2: int | None = None,
                  lr: float = 0.1, tv: float = 0.1, objective: str = "surrogate", stages: str = "two",
-                 linear_solver: str = "adam", seed: int = 0):
+                 linear_solver: str = "adam", seed: int = 0, snapshots: object = ()):
         if linear_solver not in ("adam", "closed_form"):
             raise ValueError(f"linear_solver must be 'adam' or 'closed_form', not {linear_solver!r}")
         self.linear_solver = linear_solver
@@ -61,6 +65,13 @@ class TwoStagePipeline:
         self.stage1 = int(stage1 if stage1 is not None else PRESETS[preset]["stage1"])
         self.stage2 = int(stage2 if stage2 is not None else PRESETS[preset]["stage2"])
         self.lr, self.tv, self.objective, self.stages, self.seed = float(lr), float(tv), objective, stages, int(seed)
+        self.snapshots = snapshot_iterations(snapshots)
+
+    def settings(self) -> dict[str, object]:
+        """The resolved budget and hyper-parameters (what the preset stands for), for results files."""
+        return {"preset": self.preset, "stage1": self.stage1, "stage2": self.stage2, "lr": self.lr,
+                "lr_decay": "x0.1 at 3/8, 5/8, 7/8 of each stage", "tv": self.tv, "objective": self.objective,
+                "stages": self.stages, "linear_solver": self.linear_solver, "seed": self.seed}
 
     def supports(self, victim: VictimInfo) -> str | None:
         if victim.loss.algo != self.algo:
@@ -96,7 +107,8 @@ class TwoStagePipeline:
 
     def _states(self, episode: ObservedEpisode, victim: VictimInfo, actions: torch.Tensor
                 ) -> tuple[dict[str, np.ndarray], torch.Tensor, np.ndarray, dict[str, torch.Tensor]]:
-        """Two-stage (or joint) multimodal reconstruction -> (fields, features, failed, variables)."""
+        """Two-stage (or joint) multimodal reconstruction -> (fields, features, failed, variables); the
+        stage-2 snapshots (:attr:`snapshots`) in ``variables["snapshots"]``."""
         net = VictimNet(victim)
         mods = modalities(victim)
         slices = net.feature_slices()
@@ -162,7 +174,15 @@ class TwoStagePipeline:
             obs = {k: mods[k].to_policy(fixed[k] if k in fixed else v[k]) for k in mods}
             return full.cosine_loss(lambda: objective(net.features(obs))) + tv_of(v, stage2_keys)
 
-        _, bad = adam_inversion(v2, boxes, loss2, self.stage2, self.lr, signed=True)
+        snapshots: dict[int, dict[str, np.ndarray]] = {}
+
+        def snapshot(done: int, _: torch.Tensor, bad_now: torch.Tensor) -> None:
+            if done in self.snapshots:
+                unit_now = {k: (fixed[k] if k in fixed else v2[k].detach()) for k in mods}
+                snapshots[done] = nan_rows(to_fields(mods, unit_now), (failed | bad_now).numpy())
+
+        _, bad = adam_inversion(v2, boxes, loss2, self.stage2, self.lr, signed=True,
+                                callback=snapshot if self.snapshots else None)
         failed |= bad
         unit = {k: (fixed[k] if k in fixed else v2[k].detach()) for k in mods}
         with torch.no_grad():
@@ -170,8 +190,14 @@ class TwoStagePipeline:
             if self.stages == "two":  # the linear layers' input is known from stage 1: use it for the outputs
                 features = features_of(v1)
         fields = to_fields(mods, unit)
-        scal = {**{k: v for k, v in v2.items() if k.startswith("scalar:")}}
+        scal: dict = {k: v for k, v in v2.items() if k.startswith("scalar:")}
+        if self.snapshots:
+            scal["snapshots"] = snapshots
         return fields, features.detach(), failed.numpy(), scal
+
+    @staticmethod
+    def _snapshot_extras(variables: Mapping[str, object]) -> dict[str, object]:
+        return {"snapshots": variables["snapshots"]} if "snapshots" in variables else {}
 
     def _head_norm_ratio(self, net: VictimNet, episode: ObservedEpisode, features: torch.Tensor,
                          unit_error: torch.Tensor) -> torch.Tensor:

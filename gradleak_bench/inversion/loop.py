@@ -16,11 +16,17 @@ def repeat(t: torch.Tensor, r: int) -> torch.Tensor:
 
 def adam_inversion(variables: dict[str, torch.Tensor], boxes: Mapping[str, tuple[float, float]],
                    loss_fn: Callable[[dict[str, torch.Tensor]], torch.Tensor], iterations: int, lr: float,
-                   signed: bool, decay: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                   signed: bool, decay: bool = True,
+                   callback: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Adam on a batch of independent frames; returns (final per-frame loss, per-frame failed flag).
 
     Each frame's loss is its own term of the summed objective, so frames never influence each other; a
-    frame whose loss or iterate turns non-finite is masked out of the sum and flagged."""
+    frame whose loss or iterate turns non-finite is masked out of the sum and flagged.
+
+    ``callback(done, loss, failed)``, if given, runs after each step (``done`` steps taken, the box applied)
+    with the per-frame loss of the iterate before that step: a budget curve reads intermediate iterates of
+    one run from it (``benchmarks/budget_curves.py``) instead of rerunning each budget from scratch."""
     params = [v.requires_grad_() for v in variables.values()]
     batch = params[0].shape[0]
     if iterations <= 0:  # nothing to optimise: the initialisation is returned as is
@@ -29,7 +35,7 @@ def adam_inversion(variables: dict[str, torch.Tensor], boxes: Mapping[str, tuple
     milestones = [int(iterations * f) for f in (3 / 8, 5 / 8, 7 / 8)]
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones, gamma=0.1) if decay else None
     failed = torch.zeros(batch, dtype=torch.bool)
-    for _ in range(iterations):
+    for step in range(iterations):
         optimizer.zero_grad(set_to_none=False)
         loss = loss_fn(variables)
         failed |= ~torch.isfinite(loss.detach())
@@ -50,6 +56,8 @@ def adam_inversion(variables: dict[str, torch.Tensor], boxes: Mapping[str, tuple
                 if key in boxes:
                     v.clamp_(*boxes[key])
                 failed |= ~torch.isfinite(v.reshape(batch, -1)).all(dim=1)
+        if callback is not None:
+            callback(step + 1, loss.detach(), failed.clone())
     loss = loss_fn(variables)  # at the final iterate (the matcher differentiates, so grad mode stays on)
     failed |= ~torch.isfinite(loss.detach())
     return loss.detach(), failed

@@ -195,6 +195,17 @@ def _sealing(config: EvaluateConfig, fresh: FreshLayouts | None) -> tuple[Evalua
     return config, None
 
 
+def plain_settings(value: Any) -> dict[str, Any] | None:
+    """An attack's resolved settings (``settings()``: what its preset stands for) as they may enter
+    results.json: a flat mapping of names to strings, numbers, booleans or None; anything else is dropped
+    (the value comes from plug-in code)."""
+    if not isinstance(value, dict):
+        return None
+    scalar = (str, int, float, bool, type(None))
+    return {str(k)[:100]: (v[:300] if isinstance(v, str) else v) for k, v in list(value.items())[:50]
+            if isinstance(k, str) and isinstance(v, scalar) and not (isinstance(v, float) and not math.isfinite(v))}
+
+
 def _attack_fields(attack: PluginProcess) -> tuple[str, ...]:
     from gradleak_bench.run.victim import check_names
 
@@ -370,6 +381,7 @@ class _Run:
                                 "metric's worst value")
         summary = {
             "attack": config.attack, "attack_name": self.context.attack_name, "attack_params": config.attack_params,
+            "attack_settings": plain_settings(self.context.attack.description.get("settings")),
             "task": config.task, "victim": victim.spec.name, "checkpoint": config.checkpoint,
             "checkpoint_id": victim.checkpoint_id, "loss": victim.spec.loss.to_dict(),
             "defense": config.defense, "defense_params": config.defense_params,

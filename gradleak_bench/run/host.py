@@ -36,8 +36,11 @@ class Host:
         methods = capabilities(self.plugin)
         fields = list(getattr(self.plugin, "fields", ()) or ()) if self.kind == "attack" else []
         protocol = getattr(self.plugin, "data_protocol", None) if self.kind == "attack" else None
+        # what a preset stands for (iterations, learning rate, ...), recorded in results.json beside the params
+        settings = getattr(self.plugin, "settings", None) if self.kind == "attack" else None
         return {"name": getattr(self.plugin, "name", "?"), "fields": fields, "methods": methods,
-                "data_protocol": protocol if isinstance(protocol, str) else None}, {}
+                "data_protocol": protocol if isinstance(protocol, str) else None,
+                "settings": settings() if callable(settings) else None}, {}
 
     def victim_(self, h: dict, a: dict) -> tuple[dict, dict]:
         from gradleak_bench.run.victim import rebuild_victim
