@@ -146,6 +146,102 @@ def inversion_speed(data: dict) -> str:
                      "s / frame, paper (extrapolated)", "batching speed-up (8 frames, 25 iterations)"], rows)
 
 
+# budget curves (benchmarks/budget_curves.py): one run per frame at the source budget, checkpoints along it
+BUDGET_CURVES = tuple(f"docs/data/budget_curves/{name}.json" for name in ("inverting_gradients", "dlg", "idlg", "qgi",
+                                                                           "rgi")
+                      if (ROOT / f"docs/data/budget_curves/{name}.json").is_file())
+BUDGET_COLUMNS = (("rgb_psnr", 1), ("rgb_ssim", 2), ("depth_psnr", 1))
+
+
+def _with_ci(p: dict, digits: int) -> str:
+    return f"{number(p['mean'], digits)} [{number(p['ci_low'], digits)}, {number(p['ci_high'], digits)}]"
+
+
+def _leak(p: dict, digits: int) -> str:
+    leak = p.get("leakage") or {}
+    if not leak:
+        return "--"
+    sign = lambda v: ("+" if isinstance(v, (int, float)) and v > 0 else "") + number(v, digits)  # noqa: E731
+    return f"{sign(leak['mean'])} [{sign(leak['ci_low'])}, {sign(leak['ci_high'])}]"
+
+
+def budget_curves(*runs: dict) -> str:
+    rows = []
+    for run in runs:
+        summary, cfg = run["summary"], run["config"]
+        first = summary[BUDGET_COLUMNS[0][0]]["curve"]
+        for i, point in enumerate(first):
+            if point["iterations"] is None:
+                own = f" (= {cfg['quick_checkpoint']})" if cfg["quick_checkpoint"] else " (own run)"
+                budget = "quick preset" + own
+            elif cfg["snapshot_offset"]:
+                budget = f"{cfg['snapshot_offset']:,} + {point['iterations'] - cfg['snapshot_offset']:,}"
+            else:
+                budget = f"{point['iterations']:,}"
+            row = [f"`{cfg['attack']}`" if i == 0 else "", str(len(run["frames"])) if i == 0 else "", budget]
+            for metric, digits in BUDGET_COLUMNS:
+                p = summary[metric]["curve"][i] if metric in summary else None
+                row += ["--", "--"] if p is None else [_with_ci(p, digits), _leak(p, digits)]
+            rows.append(row)
+    header = ["attack", "frames", "iterations"]
+    for metric, _ in BUDGET_COLUMNS:
+        header += [f"{metric}", f"{metric} - best prior"]
+    return markdown(header, rows)
+
+
+def budget_costs(*runs: dict) -> str:
+    rows = []
+    for run in runs:
+        cfg, units = run["config"], run["units"]
+        loads = [u["machine_before"]["load_average"][0] for u in units] + [u["machine_after"]["load_average"][0]
+                                                                           for u in units]
+        settings = run["settings"]["paper"]
+        budget = (f"{settings['stage1']:,} + {settings['stage2']:,}" if "stage1" in settings
+                  else f"{settings['iterations']:,}")
+        rows.append([f"`{cfg['attack']}`", f"`{cfg['victim']}`", budget, str(len(run["frames"])),
+                     number(run["paper_wall_s_per_frame"], 1), number(run["paper_cpu_s_per_frame"], 1),
+                     number(run["wall_s_total"] / 60, 1), number(run["cpu_s_total"] / 60, 1),
+                     f"{min(loads):.1f}-{max(loads):.1f}", str(run["threads"])])
+    return markdown(["attack", "victim", "paper budget", "frames", "wall s / frame", "CPU s / frame",
+                     "wall min, all (paper + quick)", "CPU min, all", "load average (1 min)", "threads"], rows)
+
+
+IG_REFERENCE = "benchmarks/results/ig_reference.json"
+
+
+def ig_reference(data: dict) -> str:
+    rows = []
+    for name, case in data["cases"].items():
+        frames = case["frames"]
+        if not frames:
+            continue
+        mean = lambda key: sum(f[key] for f in frames) / len(frames)  # noqa: E731
+        control = (number(sum(f["self_mean_abs_diff_unit"] for f in frames) / len(frames), 3)
+                   if all("self_mean_abs_diff_unit" in f for f in frames) else "--")
+        ours = sum(f["ours"]["rgb_psnr"] for f in frames) / len(frames)
+        theirs = sum(f["breaching_final"]["rgb_psnr"] for f in frames) / len(frames)
+        returned = sum(f["breaching_returned"]["rgb_psnr"] for f in frames) / len(frames)
+        rows.append([f"`{name}`", f"{case['iterations']:,}", number(case["tv"], 1), "yes" if case["signed"] else "no",
+                     str(len(frames)), f"{max(f['max_abs_diff_unit'] for f in frames):.2g}",
+                     f"{mean('mean_abs_diff_unit'):.2g}", control, number(ours, 2), number(theirs, 2),
+                     f"{ours - theirs:+.2f}", number(returned, 2),
+                     number(mean("ours_cpu_s"), 1), number(mean("breaching_cpu_s"), 1)])
+    return markdown(["case", "iterations", "TV", "signed", "frames", "max abs pixel diff", "mean abs pixel diff",
+                     "control: ours vs ours, gradient x (1 + 1e-6 noise)", "RGB PSNR ours", "RGB PSNR breaching",
+                     "diff", "breaching's returned (lowest-loss) iterate", "CPU s / frame ours",
+                     "CPU s / frame breaching"], rows)
+
+
+def ig_reference_loss(data: dict) -> str:
+    rows = [[a["frame"], str(a["points"]), f"{a['max_loss_abs_diff']:.1e}", f"{a['max_grad_rel_l2_diff']:.1e}",
+             f"{a['max_grad_rel_l2_diff_ours_vs_float64']:.1e}", f"{a['max_grad_rel_l2_diff_breaching_vs_float64']:.1e}",
+             f"{a['max_grad_sign_disagreement']:.2%}", f"{a['max_grad_sign_disagreement_large']:.3%}"]
+            for a in data.get("loss_agreement", [])]
+    return markdown(["frame", "images", "loss, abs. diff", "image gradient, rel. L2: ours vs breaching",
+                     "ours vs float64", "breaching vs float64", "pixels with opposite gradient sign",
+                     "... among components > 1e-3 max"], rows)
+
+
 # ------------------------------------------------------------------ TSP (docs/tsp.md)
 
 TSP = "benchmarks/results/tsp_eval.json"
@@ -651,6 +747,10 @@ TABLES: dict[str, Table] = {
     "inversion_table1": Table("docs/inversion-attacks.md", (INVERSION, PAPER), inversion_table1),
     "inversion_ablation": Table("docs/inversion-attacks.md", (INVERSION,), inversion_ablation),
     "inversion_speed": Table("docs/inversion-attacks.md", (INVERSION_SPEED,), inversion_speed),
+    "budget_curves": Table("docs/inversion-attacks.md", BUDGET_CURVES, budget_curves),
+    "budget_costs": Table("docs/inversion-attacks.md", BUDGET_CURVES, budget_costs),
+    "ig_reference": Table("docs/inversion-attacks.md", (IG_REFERENCE,), ig_reference),
+    "ig_reference_loss": Table("docs/inversion-attacks.md", (IG_REFERENCE,), ig_reference_loss),
     "tsp_results": Table("docs/tsp.md", (TSP,), tsp_results),
     "trace_speed": Table("docs/trace.md", (TRACE_SPEED,), trace_speed),
     "trace_per_timestep": Table("docs/trace.md", (TRACE_STEPS,), trace_per_timestep),
