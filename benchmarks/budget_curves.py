@@ -239,6 +239,14 @@ def run(name: str, n_frames: int, unit: int, plan: Plan | None = None, data: Pat
               f"(paper) -> {target}", flush=True)
 
 
+def quick_iterations(record: dict) -> int:
+    """The quick preset's total iterations (where the plot marks it)."""
+    if record["config"]["quick_checkpoint"]:
+        return int(record["config"]["quick_checkpoint"])
+    quick = record["settings"]["quick"]
+    return int(quick["stage1"] + quick["stage2"]) if "stage1" in quick else int(quick["iterations"])
+
+
 def render() -> None:
     import matplotlib
 
@@ -261,10 +269,12 @@ def render() -> None:
             ax.fill_between(x, [p["ci_low"] for p in pts], [p["ci_high"] for p in pts], alpha=0.15,
                             color=line.get_color())
             ax.axhline(pts[-1]["best_prior_mean"], color=line.get_color(), ls=":", lw=1)
+            quick = next(p for p in s["curve"] if p["checkpoint"] == "quick")
+            ax.plot([quick_iterations(data)], [quick["mean"]], marker="x", ms=9, color=line.get_color())
         ax.set_xscale("log")
         ax.set_xlabel("iterations (QGI/RGI: 10^4 of stage 1 + stage 2)")
         ax.set_ylabel(label)
-        ax.set_title(f"{label}: mean, 95% CI; dotted: best prior")
+        ax.set_title(f"{label}: mean, 95% CI; x: quick preset; dotted: best prior", fontsize=10)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     PLOT.parent.mkdir(parents=True, exist_ok=True)
@@ -274,11 +284,13 @@ def render() -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("attacks", nargs="*", choices=sorted(PLANS), help="attacks to run, in order")
+    parser.add_argument("attacks", nargs="*", help=f"attacks to run, in order: {', '.join(PLANS)}")
     parser.add_argument("--frames", type=int, default=16, help="held-out frames (default 16)")
     parser.add_argument("--unit", type=int, default=4, help="frames per batched run, written when it finishes")
     parser.add_argument("--render", action="store_true", help="redraw docs/img/budget_curves.png")
     args = parser.parse_args()
+    if unknown := [a for a in args.attacks if a not in PLANS]:
+        parser.error(f"unknown attack(s) {', '.join(unknown)}; choose from {', '.join(PLANS)}")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     for name in args.attacks:
         run(name, args.frames, args.unit)
