@@ -27,7 +27,7 @@ from gradleak_bench.records import TRUTH_FIELDS
 from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.fresh import FreshLayouts, generate_fresh
 from gradleak_bench.run.sandbox import PluginFailure, PluginProcess
-from gradleak_bench.run.setup import attack_reads, make_gradients, plugin_step, send_victim, start_plugins
+from gradleak_bench.run.setup import attack_reads, fit_request, make_gradients, plugin_step, send_victim, start_plugins
 from gradleak_bench.run.scorer import Controls, EpisodeRow, Reference, summarise_metrics
 from gradleak_bench.run.store import RunStore
 from gradleak_bench.tasks import get_task
@@ -302,7 +302,7 @@ class _Run:
         attack = self.context.attack
         start = time.perf_counter()
         try:
-            attack.call("fit")
+            attack.call("fit", fit_request(self.config))
         except PluginFailure as exc:  # nothing is scored yet, so the run stops here with the reason
             if exc.is_gradleak:
                 raise GradleakError(exc.message) from None

@@ -61,9 +61,14 @@ class Host:
         return {}, {}
 
     def fit(self, h: dict, a: dict) -> tuple[dict, dict]:
-        from gradleak_bench.run.auxiliary import AuxiliaryData
+        from gradleak_bench.run.auxiliary import AuxiliaryData, DefenseIdentity
 
-        self.plugin.fit(self.info, AuxiliaryData(self.victim))
+        # the defense is public (reference and parameters); its draws stay the scorer's
+        defense = h.get("defense")
+        identity = None if defense is None else DefenseIdentity(str(defense["reference"]),
+                                                                dict(defense.get("params") or {}),
+                                                                defense.get("file_sha256"))
+        self.plugin.fit(self.info, AuxiliaryData(self.victim, defense=identity))
         return {}, {}
 
     def reconstruct(self, h: dict, a: dict) -> tuple[dict, dict]:

@@ -28,6 +28,15 @@ def start_plugins(config: EvaluateConfig, hidden: list[Path]) -> tuple[PluginPro
     return attack, defense
 
 
+def fit_request(config: EvaluateConfig) -> dict[str, Any]:
+    """The header of the attack's ``fit`` request: the run's defense as the threat model makes it public
+    (reference and parameters, never its draws), so an adaptive attacker can train behind the same defense."""
+    from gradleak_bench.run.auxiliary import DefenseIdentity
+
+    defense = DefenseIdentity.of(config.defense, config.defense_params)
+    return {"defense": None if defense is None else defense.to_dict()}
+
+
 def send_victim(processes: list[PluginProcess | None], victim: LoadedVictim, gradients: Any) -> int:
     """Give each plug-in process the victim's public info; returns its number of actions."""
     from gradleak_bench.run.victim import victim_message

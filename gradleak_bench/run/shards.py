@@ -95,9 +95,9 @@ class EpisodeWorker:
                                 f"{self.metric_names}: run every node with the same gradleak-bench version")
         n_actions = send_victim([attack, defense], victim, gradients)
         if attack.has("fit"):  # its own fit, in its own sealed process: no fitted object crosses processes
-            from gradleak_bench.run.setup import plugin_step
+            from gradleak_bench.run.setup import fit_request, plugin_step
 
-            plugin_step(attack, "fit", lambda: attack.call("fit"))
+            plugin_step(attack, "fit", lambda: attack.call("fit", fit_request(cfg)))
         return Context(dataset, gradients, metrics, attack, defense, cfg.defense, n_actions, self.references,
                        attack_reads(attack, gradients.param_shapes))
 
