@@ -14,10 +14,10 @@ import torch
 
 from gradleak_bench.artifacts import ArtifactCache, load_module, read_metadata
 from gradleak_bench.baselines.attacks.trace import data as trace_data
-from gradleak_bench.baselines.attacks.trace.config import (ACTION_LOSSES, FEATURES_VERSION, FORMAT, PRESETS,
-                                                           TraceConfig, continuous_actions, gradient_layout, rgb_shape,
-                                                           victim_identity)
-from gradleak_bench.baselines.attacks.trace.model import GradientFeaturizer, TraceNet
+from gradleak_bench.baselines.attacks.trace.config import (ACTION_LOSSES, ENCODERS, FEATURES_VERSION, FORMAT,
+                                                           PRESETS, TraceConfig, continuous_actions, defense_identity,
+                                                           gradient_layout, rgb_shape, victim_identity)
+from gradleak_bench.baselines.attacks.trace.model import TraceNet, make_featurizer
 from gradleak_bench.baselines.attacks.trace.training import TrainOptions, normalise_features, train
 from gradleak_bench.dataset import PROTOCOLS
 from gradleak_bench.errors import GradleakError
@@ -72,6 +72,8 @@ class TRACE:
         if self.config.action_loss not in ACTION_LOSSES:
             raise ValueError(f"unknown action_loss {self.config.action_loss!r}; known: {', '.join(ACTION_LOSSES)} "
                              "(the action term for a continuous victim)")
+        if self.config.encoder not in ENCODERS:
+            raise ValueError(f"unknown encoder {self.config.encoder!r}; known: {', '.join(ENCODERS)}")
         if self.config.protocol not in PROTOCOLS:
             raise ValueError(f"unknown data protocol {self.config.protocol!r}; known: {', '.join(PROTOCOLS)}")
         self.data_protocol = self.config.protocol  # type: ignore[misc]  # per instance: the configured one
@@ -96,7 +98,8 @@ class TRACE:
         if self.weights is not None:
             self._load(Path(self.weights), identity, layout, cache=None)
             return
-        cache = self.cache(identity, layout)
+        defense = defense_identity(self.config, auxiliary)
+        cache = self.cache(identity, layout, defense)
         if cache.exists(MODEL) and self.train != "force":
             self._load(cache.path(MODEL), identity, layout, cache=cache)
             return
@@ -105,7 +108,7 @@ class TRACE:
                 f"no trained {self.name} attacker for victim {identity['task']}/{identity['victim']}/"
                 f"{identity['checkpoint']} with this configuration is cached (expected {cache.path(MODEL)}); run "
                 "without -A train=never to train it (it is then cached), or pass -A weights=PATH")
-        self._train(victim, auxiliary, identity, layout, cache)
+        self._train(victim, auxiliary, identity, layout, cache, defense)
 
     def reconstruct(self, episode: ObservedEpisode, victim: VictimInfo) -> Reconstruction:
         if self.model is None:
@@ -128,14 +131,18 @@ class TRACE:
 
     # -- the cache --
 
-    def cache(self, identity: Mapping[str, Any], layout: Mapping[str, Any]) -> ArtifactCache:
-        """This configuration's attacker folder, ``<cache>/attackers/trace-<hash>/``."""
+    def cache(self, identity: Mapping[str, Any], layout: Mapping[str, Any],
+              defense: Mapping[str, Any] | None = None) -> ArtifactCache:
+        """This configuration's attacker folder, ``<cache>/attackers/trace-<hash>/``; ``defense``: the defense
+        an adaptive attacker trained behind (:func:`defense_identity`), None for exact gradients."""
         return ArtifactCache("trace", {"format": FORMAT, "features": FEATURES_VERSION,
                                        "config": self.config.to_dict(), "victim": dict(identity),
-                                       "gradient_layout": dict(layout)})
+                                       "gradient_layout": dict(layout),
+                                       **({"defense": dict(defense)} if defense is not None else {})})
 
-    def cache_key(self, identity: Mapping[str, Any], layout: Mapping[str, Any]) -> str:
-        return self.cache(identity, layout).key
+    def cache_key(self, identity: Mapping[str, Any], layout: Mapping[str, Any],
+                  defense: Mapping[str, Any] | None = None) -> str:
+        return self.cache(identity, layout, defense).key
 
     # -- loading and checking --
 
@@ -154,14 +161,14 @@ class TRACE:
 
     def _build(self, cfg: TraceConfig, shapes: Mapping[str, tuple[int, ...]], n_actions: int,
                size: tuple[int, int], continuous: bool = False) -> TraceNet:
-        featurizer = GradientFeaturizer(shapes, cfg.sketch_rank, cfg.bias_dim, cfg.feature_seed)
+        featurizer = make_featurizer(cfg, shapes)
         torch.manual_seed(cfg.seed)
         return TraceNet(cfg, featurizer, n_actions, size, continuous)
 
     # -- training --
 
     def _train(self, victim: VictimInfo, auxiliary: Any, identity: dict[str, Any], layout: dict[str, Any],
-               cache: ArtifactCache) -> None:
+               cache: ArtifactCache, defense: Mapping[str, Any] | None = None) -> None:
         c = self.config
         size = rgb_shape(victim)
         continuous = continuous_actions(victim)
@@ -170,7 +177,12 @@ class TRACE:
               f"(preset {self.preset!r}, {c.epochs} epochs, {c.protocol} auxiliary episodes); weights will be "
               f"cached in {cache.directory}", file=sys.stderr, flush=True)
         t_start = time.perf_counter()
-        train_data, val = trace_data.collect(c, auxiliary, model.featurizer, trace_data.feature_cache(c, identity, layout),
+        if defense is not None:
+            print(f"[{self.name}] adaptive: the auxiliary gradients are released through the run's defense "
+                  f"{defense['reference']} {defense['params']} (the attacker's own random draws)",
+                  file=sys.stderr, flush=True)
+        train_data, val = trace_data.collect(c, auxiliary, model.featurizer,
+                                             trace_data.feature_cache(c, identity, layout, defense),
                                              self.progress, self.name)
         collect_s = time.perf_counter() - t_start
         normalise_features(model, train_data)
@@ -179,7 +191,7 @@ class TRACE:
         report = train(model, train_data, val, cache, options, collect_s)
         cache.save_module(MODEL, model.cpu(), {
             "format": FORMAT, "attack": self.name, "preset": self.preset, "config": c.to_dict(),
-            "victim": identity, "gradient_layout": layout, "image_size": list(size),
+            "victim": identity, "gradient_layout": layout, "image_size": list(size), "defense": defense,
             "action_kind": "continuous" if continuous else "discrete",
             "feature_dim": model.featurizer.dim, "n_parameters": sum(p.numel() for p in model.parameters()),
             "torch": torch.__version__, "report": report})

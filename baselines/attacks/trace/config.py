@@ -50,12 +50,32 @@ class TraceConfig:
     # the action term of a continuous (Box) victim's loss: ``mse`` on the predicted mean, or ``nll``, the
     # Gaussian negative log-likelihood with the head's predicted log-variance (docs/continuous-actions.md)
     action_loss: str = "mse"
+    # -- closer to the paper (issue 17). Each is left out of the hash at its default (``to_dict``), so the
+    # attackers cached before these fields existed keep their keys.
+    # the gradient encoder: ``analytic`` (fixed sketches + closed-form layer inputs, then an MLP) or ``learned``
+    # (per-layer bilinear sketches U^T (G/||G||) V of every layer's raw gradient, U and V trained end to end)
+    encoder: str = "analytic"
+    # an adaptive attacker trains on auxiliary gradients released through the run's defense (its own draws)
+    adaptive: bool = False
+    # paper loss: rollout_weight x the same reconstruction loss on a second, gradient-carrying pass whose
+    # previous-image tokens are the model's own predictions (the scheduled-sampling pass)
+    rollout_weight: float = 0.0
+    # augmentation: Gaussian noise (std, in standardised units) on the gradient features while training, and a
+    # random brightness scale in [1 - a, 1 + a] on the previous-image tokens
+    aug_noise: float = 0.0
+    aug_brightness: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        if self.action_loss == "mse":  # the default is left out, so attackers cached before it keep their hash
-            del out["action_loss"]
+        for name, default in _LATER_FIELDS.items():  # defaults left out: earlier attackers keep their hash
+            if out[name] == default:
+                del out[name]
         return out
+
+
+_LATER_FIELDS = {"action_loss": "mse", "encoder": "analytic", "adaptive": False, "rollout_weight": 0.0,
+                 "aug_noise": 0.0, "aug_brightness": 0.0}
+ENCODERS = ("analytic", "learned")
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -65,8 +85,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     # fits in <= 15 min on the 2-core CPU machine (measured: docs/trace.md), data collection included.
     "quick": dict(),
     # the published scale (latent 1024, 6 layers, sequence length 8, ~1000 steps per train scene): a GPU.
+    # the published scale (latent 1024, 6 layers, sequence length 8, ~1000 steps per train scene) and the
+    # paper's training: the learned full-gradient encoder; scheduled sampling whose probability of feeding the
+    # model its own previous frame ramps to 0.8; the rollout term; augmentation; adaptive to the run's defense.
+    # A GPU; on the CPU it runs resumably (``stop_after``), writing its learning curve as it goes.
     "paper": dict(sketch_rank=32, bias_dim=128, d_model=1024, layers=6, heads=8, ff=4096, enc_hidden=2048,
-                  img_channels=64, episodes_per_layout=125, epochs=60, batch_size=64, lr=3e-4),
+                  img_channels=64, episodes_per_layout=125, epochs=60, batch_size=64, lr=3e-4,
+                  encoder="learned", adaptive=True, ss_max=0.8, tf_fraction=0.2, rollout_weight=1.0,
+                  aug_noise=0.1, aug_brightness=0.1),
 }
 
 
@@ -99,6 +125,13 @@ def victim_identity(victim: VictimInfo) -> dict[str, Any]:
     return {"task": victim.task, "victim": victim.victim, "checkpoint": victim.checkpoint,
             "fingerprint": victim_fingerprint(victim), "loss": victim.loss.to_dict(),
             "n_actions": int(victim.n_actions)}
+
+
+def defense_identity(config: TraceConfig, auxiliary: Any) -> dict[str, Any] | None:
+    """The defense an adaptive attacker trains behind (the run's, public: reference and parameters), or None
+    (``adaptive=false``, or a run without a defense): part of the cache keys, since it changes the data."""
+    defense = getattr(auxiliary, "defense", None)
+    return defense.to_dict() if config.adaptive and defense is not None else None
 
 
 def gradient_layout(victim: VictimInfo) -> dict[str, list[int]]:

@@ -12,7 +12,6 @@ import torch
 
 from gradleak_bench.artifacts import ArtifactCache
 from gradleak_bench.baselines.attacks.trace.config import FEATURES_VERSION, TraceConfig
-from gradleak_bench.baselines.attacks.trace.model import GradientFeaturizer
 
 
 @dataclass
@@ -29,7 +28,7 @@ class TraceData:
 def stack(items: list[tuple[torch.Tensor, np.ndarray, np.ndarray]], T: int) -> TraceData:
     n, F_ = len(items), items[0][0].shape[1]
     H, W = items[0][1].shape[1:3]
-    feats = torch.zeros(n, T, F_)
+    feats = torch.zeros(n, T, F_, dtype=items[0][0].dtype)
     images = torch.zeros(n, T, H, W, 3, dtype=torch.uint8)
     first = np.asarray(items[0][2])
     actions = (torch.zeros((n, T, first.shape[1]), dtype=torch.float32) if first.ndim == 2 else
@@ -52,23 +51,39 @@ def psnr(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 
-def feature_cache(config: TraceConfig, identity: Mapping[str, Any], layout: Mapping[str, Any]) -> ArtifactCache:
+def feature_cache(config: TraceConfig, identity: Mapping[str, Any], layout: Mapping[str, Any],
+                  defense: Mapping[str, Any] | None = None) -> ArtifactCache:
     """Where the features of this configuration's auxiliary episodes are cached: everything that determines
-    them (featuriser, episodes, protocol, victim, gradient layout) is in the key; the model's settings are not,
-    so ablations and longer trainings share one collection."""
+    them (featuriser, episodes, protocol, victim, gradient layout, the defense an adaptive attacker releases
+    them through) is in the key; the model's settings are not, so ablations and longer trainings share one
+    collection. (The encoder and the defense enter the key only when set, so the keys of earlier
+    collections are unchanged.)"""
     c = config
     return ArtifactCache("trace-features", {
         "features": FEATURES_VERSION, "rank": c.sketch_rank, "bias_dim": c.bias_dim, "feature_seed": c.feature_seed,
         "episodes_per_layout": c.episodes_per_layout, "max_episodes": c.max_episodes,
         "val_episodes": c.val_episodes, "aux_seed": c.aux_seed, "protocol": c.protocol, "victim": dict(identity),
-        "gradient_layout": dict(layout)})
+        "gradient_layout": dict(layout),
+        **({"encoder": c.encoder} if c.encoder != "analytic" else {}),
+        **({"defense": dict(defense)} if defense is not None else {})})
 
 
-def collect(config: TraceConfig, auxiliary: Any, featurizer: GradientFeaturizer, cache: ArtifactCache,
+# the learned encoder keeps every step's raw gradient (float16) in memory while it trains: refuse to collect
+# more than this rather than exhaust a shared machine's memory
+MAX_RAW_BYTES = 8 * 2**30
+
+
+def collect(config: TraceConfig, auxiliary: Any, featurizer: torch.nn.Module, cache: ArtifactCache,
             progress: bool = False, desc: str = "trace") -> tuple[TraceData, TraceData]:
     """(train, val) features, frames and actions: read from ``cache`` or collected with
-    ``auxiliary.collect`` on ``config.protocol`` and cached."""
+    ``auxiliary.collect`` on ``config.protocol`` (released through the run's defense when the attacker is
+    adaptive and the run has one) and cached."""
     from tqdm.auto import tqdm
+
+    from gradleak_bench.baselines.attacks.trace.config import defense_identity
+    from gradleak_bench.errors import GradleakError
+
+    defended = defense_identity(config, auxiliary) is not None
 
     out = []
     for split, per_layout, limit in (("train", config.episodes_per_layout, config.max_episodes),
@@ -76,12 +91,19 @@ def collect(config: TraceConfig, auxiliary: Any, featurizer: GradientFeaturizer,
         if cache.exists(split):
             out.append(TraceData(**cache.load_tensors(split)[0]))
             continue
-        items = []
+        items, held = [], 0
         stream = auxiliary.collect(episodes_per_layout=per_layout, seed=config.aux_seed, split=split,
-                                   max_episodes=limit, protocol=config.protocol)
+                                   max_episodes=limit, protocol=config.protocol,
+                                   **({"defended": True} if defended else {}))
         for episode, grads in tqdm(stream, desc=f"{desc}: collect {split} episodes + features",
                                    disable=not progress, total=limit):
             items.append((featurizer(grads.tensors), episode.steps["rgb"], episode.steps["action"]))
+            held += items[-1][0].numel() * items[-1][0].element_size()
+            if held > MAX_RAW_BYTES:
+                raise GradleakError(
+                    f"{desc}: the {split} features of {len(items)} episodes already take {held / 2**30:.1f} GiB "
+                    f"(encoder={config.encoder} keeps each step's whole gradient): train on fewer episodes "
+                    "(-A max_episodes=N or -A episodes_per_layout=N) or use -A encoder=analytic")
         data = stack(items, max(f.shape[0] for f, _, _ in items))
         cache.save_tensors(split, data.tensors(), {"split": split, "protocol": config.protocol})
         out.append(data)

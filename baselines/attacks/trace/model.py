@@ -80,6 +80,95 @@ class GradientFeaturizer(nn.Module):
         return torch.cat(parts, dim=1)
 
 
+# --- 1'. the learned full-gradient encoder (``encoder=learned``) ----------------------------------------
+
+def _layer_blocks(shapes: Mapping[str, tuple[int, ...]]) -> list[tuple[str, int, int]]:
+    """(name, rows, columns) of every parameter as a matrix: weights out x in*k*k, vectors 1 x n."""
+    out = []
+    for name, shape in shapes.items():
+        shape = tuple(shape)
+        out.append((name, shape[0], int(np.prod(shape[1:]))) if len(shape) >= 2 else (name, 1, int(np.prod(shape))))
+    return out
+
+
+class GradientPacker(nn.Module):
+    """The input of the learned encoder: every layer's raw per-step gradient, normalised per layer and packed
+    into one float16 row ``[G_1/||G_1||, ..., G_L/||G_L||, log||G_1||, ..., log||G_L||]`` (T, dim).
+
+    Normalising per layer first keeps float16 exact enough whatever the layer's scale (a released gradient's
+    entries span 1e-9..1e1 across layers and defenses); the scale itself travels as the log norm. No weights:
+    the learning happens in :class:`LearnedSketch`."""
+
+    def __init__(self, shapes: Mapping[str, tuple[int, ...]]):
+        super().__init__()
+        self.shapes = {name: tuple(shape) for name, shape in shapes.items()}
+        self.blocks = _layer_blocks(shapes)
+        self.size = sum(r * c for _, r, c in self.blocks)
+        self.dim = self.size + len(self.blocks)
+        self.register_buffer("_device", torch.zeros(0))  # the featuriser's device, as GradientFeaturizer's buffers
+
+    @torch.no_grad()
+    def forward(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        parts, logs = [], []
+        for name, _, _ in self.blocks:
+            g = tensors[name].to(self._device.device).float().flatten(1)
+            norm = g.norm(dim=1)
+            parts.append(g / (norm[:, None] + 1e-30))
+            logs.append(torch.log(norm + 1e-20)[:, None])
+        return torch.cat(parts + logs, dim=1).half()
+
+
+class LearnedSketch(nn.Module):
+    """Per-layer bilinear sketches ``U_l^T (G_l/||G_l||) V_l`` (bias gradients: ``P_l^T b_l/||b_l||``) of every
+    layer's gradient, with U, V, P trained end to end with the rest of TRACE; initialised to the fixed
+    sketches of :class:`GradientFeaturizer` (same seed), so training starts from the analytic encoder minus
+    its closed-form layer inputs. Output: the sketches and the log norms, (..., dim)."""
+
+    def __init__(self, shapes: Mapping[str, tuple[int, ...]], rank: int, bias_dim: int, seed: int):
+        super().__init__()
+        gen = torch.Generator().manual_seed(seed)
+        self.blocks = _layer_blocks(shapes)
+        self.u, self.v = nn.ParameterList(), nn.ParameterList()
+        self.shapes: list[tuple[int, int]] = []
+        dim = 0
+        for (name, rows, cols), shape in zip(self.blocks, shapes.values()):
+            if len(tuple(shape)) < 2:  # a vector: one learned projection
+                k = min(cols, bias_dim)
+                self.u.append(nn.Parameter(torch.ones(1, 1), requires_grad=False))
+                self.v.append(nn.Parameter(torch.randn(cols, k, generator=gen) / math.sqrt(k) if cols > bias_dim
+                                           else torch.eye(cols)))
+                self.shapes.append((1, k))
+            else:
+                ro, ri = min(rank, rows), min(rank, cols)
+                self.u.append(nn.Parameter(torch.randn(rows, ro, generator=gen) / math.sqrt(ro) if rows > rank
+                                           else torch.eye(rows)))
+                self.v.append(nn.Parameter(torch.randn(cols, ri, generator=gen) / math.sqrt(ri) if cols > rank
+                                           else torch.eye(cols)))
+                self.shapes.append((ro, ri))
+            dim += self.shapes[-1][0] * self.shapes[-1][1]
+        self.dim = dim + len(self.blocks)
+
+    def forward(self, packed: torch.Tensor) -> torch.Tensor:
+        """``packed`` (..., GradientPacker.dim) float16 -> sketches (..., dim) float32."""
+        lead = packed.shape[:-1]
+        x = packed.reshape(-1, packed.shape[-1])
+        out, offset = [], 0
+        for (name, rows, cols), u, v in zip(self.blocks, self.u, self.v):
+            g = x[:, offset: offset + rows * cols].float().reshape(-1, rows, cols)
+            offset += rows * cols
+            out.append((u.T @ (g @ v) if cols >= rows else (u.T @ g) @ v).flatten(1))
+        out.append(x[:, offset:].float())  # the log norms
+        return torch.cat(out, dim=1).reshape(*lead, -1)
+
+
+def make_featurizer(cfg: TraceConfig, shapes: Mapping[str, tuple[int, ...]]) -> nn.Module:
+    """The per-episode featuriser (run once, cached): the analytic features, or the packed raw gradients the
+    learned encoder reads."""
+    if cfg.encoder == "learned":
+        return GradientPacker(shapes)
+    return GradientFeaturizer(shapes, cfg.sketch_rank, cfg.bias_dim, cfg.feature_seed)
+
+
 # --- 2-4. the learned model ------------------------------------------------------------------------------
 
 class ImageEncoder(nn.Module):
@@ -155,17 +244,21 @@ class TraceNet(nn.Module):
 
     START, GRAD, IMAGE = 0, 1, 2
 
-    def __init__(self, cfg: TraceConfig, featurizer: GradientFeaturizer, n_actions: int, size: tuple[int, int],
+    def __init__(self, cfg: TraceConfig, featurizer: nn.Module, n_actions: int, size: tuple[int, int],
                  continuous: bool = False):
         super().__init__()
         self.cfg, self.size, self.continuous = cfg, size, continuous
         self.featurizer = featurizer
         d = cfg.d_model
-        self.register_buffer("feat_mean", torch.zeros(featurizer.dim))
-        self.register_buffer("feat_std", torch.ones(featurizer.dim))
+        # encoder=learned: a trained sketch of the packed raw gradients comes before the standardisation
+        self.sketch = (LearnedSketch(featurizer.shapes, cfg.sketch_rank, cfg.bias_dim, cfg.feature_seed)
+                       if isinstance(featurizer, GradientPacker) else None)
+        feature_dim = featurizer.dim if self.sketch is None else self.sketch.dim
+        self.register_buffer("feat_mean", torch.zeros(feature_dim))
+        self.register_buffer("feat_std", torch.ones(feature_dim))
         # the last step index seen in training: later steps of a longer stream reuse its embedding
         self.register_buffer("step_cap", torch.tensor(cfg.max_steps - 1))
-        self.grad_enc = nn.Sequential(nn.Linear(featurizer.dim, cfg.enc_hidden), nn.GELU(),
+        self.grad_enc = nn.Sequential(nn.Linear(feature_dim, cfg.enc_hidden), nn.GELU(),
                                       nn.Linear(cfg.enc_hidden, d), nn.LayerNorm(d))
         if cfg.temporal:
             self.img_enc = ImageEncoder(d, cfg.img_channels, size)
@@ -185,8 +278,16 @@ class TraceNet(nn.Module):
         self.act_dec = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, 2 * n_actions if continuous else n_actions))
 
     # features -> gradient tokens
-    def grad_tokens(self, feats: torch.Tensor) -> torch.Tensor:
-        x = ((feats - self.feat_mean) / self.feat_std).clamp(-10, 10)
+    def features(self, feats: torch.Tensor) -> torch.Tensor:
+        """The gradient features before standardisation: the cached ones, or the learned sketch of them."""
+        return feats if self.sketch is None else self.sketch(feats)
+
+    def grad_tokens(self, feats: torch.Tensor, noise: float = 0.0, gen: torch.Generator | None = None
+                    ) -> torch.Tensor:
+        """``noise``: the augmentation's Gaussian noise on the standardised features (training only)."""
+        x = ((self.features(feats) - self.feat_mean) / self.feat_std).clamp(-10, 10)
+        if noise > 0:
+            x = x + noise * torch.randn(x.shape, generator=gen).to(x.device)
         return self.grad_enc(x)
 
     def _steps(self, T: int, device: torch.device) -> torch.Tensor:
@@ -246,8 +347,9 @@ class TraceNet(nn.Module):
         mean, log_var = out.chunk(2, dim=-1)
         return mean, log_var.clamp(-10.0, 10.0)
 
-    def forward(self, feats: torch.Tensor, prev: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.decode(self.latent(self.grad_tokens(feats), prev))
+    def forward(self, feats: torch.Tensor, prev: torch.Tensor | None, noise: float = 0.0,
+                gen: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.decode(self.latent(self.grad_tokens(feats, noise, gen), prev))
 
     @torch.no_grad()
     def generate(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from gradleak_bench.baselines.attacks.trace.model import TraceNet
 from gradleak_bench.errors import GradleakError
 
 CHECKPOINT = "train_state"
+CURVE = "curve"  # <attacker folder>/curve.json: the learning curve, rewritten after every epoch
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,8 @@ class TrainOptions:
 def normalise_features(model: TraceNet, train: TraceData) -> None:
     """Feature standardisation and the last step embedding, from the training episodes (buffers: saved)."""
     valid = torch.arange(train.feats.shape[1])[None] < train.lengths[:, None]
-    flat = train.feats[valid]
+    with torch.no_grad():  # encoder=learned: the statistics of its sketch at initialisation
+        flat = torch.cat([model.features(chunk) for chunk in train.feats[valid].split(1024)])
     model.feat_mean.copy_(flat.mean(0))
     model.feat_std.copy_(flat.std(0).clamp(min=1e-6))
     model.step_cap.fill_(min(model.cfg.max_steps, int(train.lengths.max())) - 1)
@@ -71,6 +74,7 @@ def train(model: TraceNet, train_data: TraceData, val: TraceData, cache: Artifac
         state["epoch"] += 1
         epochs_this_call += 1
         cache.save_checkpoint(CHECKPOINT, model, opt, state)  # every epoch: an epoch is the unit of resume
+        cache.save_json(CURVE, learning_curve(c, state, n, int(val.feats.shape[0])))
         if options.stop_after is not None and epochs_this_call >= options.stop_after and state["epoch"] < c.epochs:
             bar.close()
             raise GradleakError(f"{options.name}: training stopped after epoch {state['epoch']} of {c.epochs} "
@@ -83,6 +87,26 @@ def train(model: TraceNet, train_data: TraceData, val: TraceData, cache: Artifac
             "history": state["history"]}
 
 
+def learning_curve(config: Any, state: Mapping[str, Any], train_sequences: int, val_sequences: int
+                   ) -> dict[str, Any]:
+    """The learning curve so far (JSON): per epoch the train loss (and its terms), the scheduled-sampling
+    probability and the val metrics, with the configuration, so a stopped training still reports its curve."""
+    return {"config": config.to_dict(), "epochs_planned": config.epochs, "epochs_done": state["epoch"],
+            "train_sequences": train_sequences, "val_sequences": val_sequences,
+            "collect_seconds": state["collect_seconds"], "train_seconds": state["train_seconds"],
+            "history": state["history"]}
+
+
+def sampling_probability(config: Any, epoch: int) -> float:
+    """Scheduled sampling: the probability that a previous-image token is the model's own prediction in
+    (0-based) ``epoch``: 0 for the first ``tf_fraction`` of the epochs (teacher forcing), then a linear ramp
+    that reaches ``ss_max`` (the paper: 0.8) halfway through the remaining epochs and stays there."""
+    c = config
+    if epoch < c.tf_fraction * c.epochs:
+        return 0.0
+    return c.ss_max * min(1.0, (epoch + 1 - c.tf_fraction * c.epochs) / max(1.0, (1 - c.tf_fraction) * c.epochs / 2))
+
+
 def _epoch(model: TraceNet, opt: torch.optim.Optimizer, data: TraceData, val: TraceData, epoch: int,
            per_epoch: int, total_steps: int, device: torch.device, bar: Any) -> dict[str, Any]:
     c = model.cfg
@@ -90,11 +114,9 @@ def _epoch(model: TraceNet, opt: torch.optim.Optimizer, data: TraceData, val: Tr
     # the epoch's order and sampling draws depend on (seed, epoch) only: a resumed run draws the same
     gen = torch.Generator().manual_seed(c.seed * 1_000_003 + epoch)
     order = torch.randperm(data.feats.shape[0], generator=gen)
-    tf = epoch < c.tf_fraction * c.epochs
     term = action_term(model)
-    sums = {"loss": 0.0, "mse": 0.0, term: 0.0, "n": 0}
-    p_sample = 0.0 if tf else c.ss_max * min(1.0, (epoch + 1 - c.tf_fraction * c.epochs) /
-                                             max(1.0, (1 - c.tf_fraction) * c.epochs / 2))
+    sums = {"loss": 0.0, "mse": 0.0, term: 0.0, "rollout": 0.0, "n": 0}
+    p_sample = sampling_probability(c, epoch)
     model.train()
     for b in range(per_epoch):
         step = epoch * per_epoch + b
@@ -110,13 +132,15 @@ def _epoch(model: TraceNet, opt: torch.optim.Optimizer, data: TraceData, val: Tr
         sums["loss"] += float(loss.detach()) * len(ids)
         sums["mse"] += parts["mse"] * len(ids)
         sums[term] += parts[term] * len(ids)
+        sums["rollout"] += parts["rollout"] * len(ids)
         sums["n"] += len(ids)
         bar.update(1)
         bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss.detach()):.4f}", p_ss=f"{p_sample:.2f}")
     seconds = time.perf_counter() - t0
     val_psnr, val_action = validate(model, val, device)
     return {"epoch": epoch + 1, "loss": sums["loss"] / sums["n"], "mse": sums["mse"] / sums["n"],
-            term: sums[term] / sums["n"], "p_scheduled_sampling": p_sample, "seconds": seconds,
+            term: sums[term] / sums["n"], "rollout": sums["rollout"] / sums["n"], "p_scheduled_sampling": p_sample,
+            "seconds": seconds,
             "sequences_per_s": sums["n"] / seconds, "val_psnr_autoregressive": val_psnr,
             ("val_action_mae" if model.continuous else "val_action_accuracy"): val_action}
 
@@ -141,9 +165,15 @@ def action_loss(model: TraceNet, out: torch.Tensor, target: torch.Tensor) -> tor
 
 def loss_of(model: TraceNet, data: TraceData, ids: torch.Tensor, p_sample: float, gen: torch.Generator,
             device: torch.device) -> tuple[torch.Tensor, dict[str, float]]:
-    """MSE + L1 on [0, 1] RGB + ``action_weight`` x the action term (:func:`action_loss`); previous-image
-    tokens from the true frames, each replaced by the model's own (no-grad) prediction with probability
-    ``p_sample``."""
+    """The training loss of one batch.
+
+    Main term: MSE + L1 on [0, 1] RGB + ``action_weight`` x the action term (:func:`action_loss`), on a pass
+    whose previous-image tokens are the true frames, each replaced by the model's own (no-grad,
+    teacher-forced) prediction with probability ``p_sample`` (scheduled sampling). ``rollout_weight`` > 0 adds
+    the same loss on a pass fed *only* the model's own predictions (what generation sees). Augmentation
+    (``aug_noise``, ``aug_brightness``) perturbs the gradient features and the previous-image tokens of the
+    training passes."""
+    c = model.cfg
     feats = data.feats[ids].to(device)
     target = to_unit(data.images[ids]).to(device)
     actions = data.actions[ids].to(device)
@@ -151,16 +181,32 @@ def loss_of(model: TraceNet, data: TraceData, ids: torch.Tensor, p_sample: float
     valid = (torch.arange(T)[None] < data.lengths[ids][:, None]).to(device)
     prev = torch.zeros_like(target)
     prev[:, 1:] = target[:, :-1]
-    if p_sample > 0 and model.cfg.temporal:
+    own = None
+    if model.cfg.temporal and (p_sample > 0 or c.rollout_weight > 0):
         with torch.no_grad():
-            pred, _ = model(feats, prev)
+            own, _ = model(feats, prev)
+        own = torch.cat([torch.zeros_like(own[:, :1]), own[:, :-1]], dim=1)  # own[:, t]: predicted frame t-1
+    if own is not None and p_sample > 0:
         mix = (torch.rand(B, T, generator=gen) < p_sample).to(device)[:, :, None, None, None]
-        prev[:, 1:] = torch.where(mix[:, 1:], pred[:, :-1], prev[:, 1:])
-    images, logits = model(feats, prev if model.cfg.temporal else None)
-    err = (images - target)[valid]
-    mse, l1 = err.pow(2).mean(), err.abs().mean()
-    act = action_loss(model, logits[valid], actions[valid])
-    return mse + l1 + model.cfg.action_weight * act, {"mse": float(mse.detach()), action_term(model): float(act.detach())}
+        prev[:, 1:] = torch.where(mix[:, 1:], own[:, 1:], prev[:, 1:])
+
+    def term(previous: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if previous is not None and c.aug_brightness > 0:
+            scale = 1 + c.aug_brightness * (2 * torch.rand(B, T, 1, 1, 1, generator=gen) - 1)
+            previous = (previous * scale.to(device)).clamp(0, 1)
+        images, logits = model(feats, previous, c.aug_noise, gen)
+        err = (images - target)[valid]
+        mse = err.pow(2).mean()
+        act = action_loss(model, logits[valid], actions[valid])
+        return mse + err.abs().mean() + c.action_weight * act, mse, act
+
+    loss, mse, act = term(prev if model.cfg.temporal else None)
+    rollout = torch.zeros(())
+    if own is not None and c.rollout_weight > 0:
+        rollout, _, _ = term(own)
+        loss = loss + c.rollout_weight * rollout
+    return loss, {"mse": float(mse.detach()), action_term(model): float(act.detach()),
+                  "rollout": float(rollout.detach())}
 
 
 @torch.no_grad()
