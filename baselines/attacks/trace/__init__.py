@@ -37,6 +37,13 @@ then scheduled sampling (the parallel two-pass form: a no-grad teacher-forced pa
 then each previous-image token is replaced by the prediction with a probability that ramps to
 ``ss_max``). Loss: MSE + L1 on [0, 1] RGB + ``action_weight`` x cross-entropy on the action.
 
+Closer to the paper (config fields; the ``paper`` preset sets them all): ``encoder=learned`` replaces step 1
+by every layer's raw gradient, normalised per layer, and per-layer bilinear sketches ``U^T (G/||G||) V``
+trained end to end; ``rollout_weight`` adds the loss of a pass fed only the model's own previous frames;
+``aug_noise`` / ``aug_brightness`` augment; ``ss_max=0.8`` is the paper's scheduled sampling; and
+``adaptive=true`` trains on auxiliary gradients released through the run's defense (``auxiliary.defense``,
+public; the attacker's own random draws), the defense then keying the cache.
+
 The package, one concern per module:
 
 * :mod:`.config`: :class:`TraceConfig` (its hash keys the cache), the presets, the victim identity;
