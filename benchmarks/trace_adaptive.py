@@ -6,8 +6,9 @@ at a small stated budget (``BUDGET``: the quick model on 2 auxiliary episodes pe
 The non-adaptive attacker is trained once on exact gradients and scored behind every defense; the adaptive
 one (``-A adaptive=true``) is trained per defense on auxiliary gradients released through that defense with
 its own random draws. Resumable: a cell already in the JSON is skipped (``--force`` reruns), trained
-attackers are cached, and the JSON is rewritten after every cell with the command, wall time, thread count
-and load average.
+attackers are cached, an interrupted ``evaluate`` resumes in its run folder, and the JSON is rewritten after
+every cell with the command, wall time (of this invocation: a resumed cell's covers the resume only; the
+attacker's training time is ``fit_seconds``), thread count and load average.
 
 Run: python benchmarks/trace_adaptive.py [--episodes 8] [--only topk quantize] [--threads 1]
 """
@@ -99,6 +100,8 @@ def main() -> None:
             cell = trim(json.loads((out / "results.json").read_text()))
             cell.update(defense=defense, adaptive=adaptive, command=shlex.join(cmd), wall_seconds=round(wall, 1),
                         threads=args.threads, load_average=[round(load_before, 2), round(os.getloadavg()[0], 2)])
+            if OUT.is_file():  # keep cells another invocation wrote meanwhile
+                data["cells"] = {**json.loads(OUT.read_text())["cells"], **data["cells"]}
             data["cells"][key] = cell
             OUT.write_text(json.dumps(finite(data), indent=1, sort_keys=True, allow_nan=False) + "\n")
             print(f"{key}: {wall:.0f} s", file=sys.stderr, flush=True)

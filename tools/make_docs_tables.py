@@ -278,6 +278,31 @@ def trace_per_timestep(data: dict) -> str:
     return markdown(["victim", "attack", "t=1", *(str(t) for t in range(2, steps + 1))], rows)
 
 
+TRACE_ADAPTIVE = "docs/data/trace_adaptive.json"
+
+
+def trace_adaptive(data: dict) -> str:
+    """Per defense: RGB PSNR and action accuracy of the non-adaptive and the adaptive attacker, the best prior
+    and each one's leakage over it, and the paper's claim for that defense family."""
+    cells, claims = data["cells"], data["paper_claims"]
+    rows = []
+    for defense in data["defenses"]:
+        setting = " ".join(data["defense_args"][defense])
+        for adaptive in (False, True):
+            cell = cells.get(f"{defense}/{'adaptive' if adaptive else 'non-adaptive'}")
+            if cell is None:
+                continue
+            psnr, action = cell["metrics"].get("rgb_psnr", {}), cell["metrics"].get("action_accuracy", {})
+            best = psnr.get("best_prior")
+            rows.append([f"`{setting}`", "adaptive" if adaptive else "non-adaptive", _interval(psnr),
+                         f"{best.removeprefix('prior:')} {psnr['best_prior_score']['mean']:.3g}" if best else "--",
+                         _interval(psnr.get("prior_leakage")) if best else "--", _interval(action),
+                         _interval(action.get("prior_leakage")) if action.get("best_prior") else "--",
+                         claims.get(defense, "") if not adaptive else ""])
+    return markdown(["defense", "attacker", "RGB PSNR dB [95% CI]", "best RGB prior", "RGB leakage vs best prior",
+                     "action accuracy", "action leakage vs best prior", "the paper's claim"], rows)
+
+
 # ------------------------------------------------------------------ split identity (docs/tasks.md)
 
 SPLIT_MARGINS = "benchmarks/results/split_identity_margins.json"
@@ -754,6 +779,7 @@ TABLES: dict[str, Table] = {
     "tsp_results": Table("docs/tsp.md", (TSP,), tsp_results),
     "trace_speed": Table("docs/trace.md", (TRACE_SPEED,), trace_speed),
     "trace_per_timestep": Table("docs/trace.md", (TRACE_STEPS,), trace_per_timestep),
+    "trace_adaptive": Table("docs/trace.md", (TRACE_ADAPTIVE,), trace_adaptive),
     "closed_form_margin": Table("docs/closed-form.md", (MARGIN,), closed_form_margin),
     "defenses_closed_form": Table("docs/defenses.md", (DEFENSES_CLOSED_FORM,), defenses_closed_form),
     "priors_scores": Table("docs/priors.md", (PRIORS_PPO_INIT,), priors_scores),
