@@ -170,8 +170,10 @@ def report() -> dict[str, Any]:
             "load_average": [r["load_average_before"] for r in rs],
             "leakage": leakage.get(s.label),
         })
+    from gradleak_bench.run.grid import pareto_front
+
     done = [r for r in rows if r["n_seeds"]]
-    pareto = pareto_front(done)
+    pareto = set(pareto_front([(r["val_return"], r["leakage"]["mean"] if r.get("leakage") else math.nan) for r in done]))
     for i, r in enumerate(done):
         r["on_frontier"] = i in pareto
     result = {"config": CONFIG, "command": "OMP_NUM_THREADS=1 python benchmarks/pointnav_frontier.py",
@@ -182,18 +184,6 @@ def report() -> dict[str, Any]:
     (DATA / "pointnav_ppo.json").write_text(json.dumps(finite(result), indent=1, allow_nan=False) + "\n")
     plot(done, pareto)
     return result
-
-
-def pareto_front(rows: list[dict[str, Any]]) -> set[int]:
-    """Settings no other setting beats on both axes (more utility and less leakage)."""
-    points = [(r["val_return"], r["leakage"]["mean"] if r.get("leakage") else math.nan) for r in rows]
-    front = set()
-    for i, (u, l) in enumerate(points):
-        if math.isnan(l):
-            continue
-        if not any(u2 >= u and l2 <= l and (u2, l2) != (u, l) for j, (u2, l2) in enumerate(points) if j != i and not math.isnan(l2)):
-            front.add(i)
-    return front
 
 
 def plot(rows: list[dict[str, Any]], pareto: set[int]) -> None:
