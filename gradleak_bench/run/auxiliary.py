@@ -121,11 +121,12 @@ class AuxiliaryData:
     def release(self, episode: Episode, engine: Any, rng: np.random.Generator) -> GradientStream:
         """What the client would release for ``episode`` behind the run's defense, drawn from ``rng``: the same
         order of calls as the scorer's (``report_actions``, if the defense has it, then ``release``)."""
+        from gradleak_bench.hooks import ReportsActions
         from gradleak_bench.victims.policies import env_spaces
 
         defense = self._defense()
         reported = episode
-        if hasattr(defense, "report_actions"):
+        if isinstance(defense, ReportsActions):
             spec = self._victim.spec
             n_actions = int(env_spaces(spec.task, spec.image_size)[1].n)
             actions = np.asarray(defense.report_actions(episode.steps["action"].copy(), n_actions, rng))
