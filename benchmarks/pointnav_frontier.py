@@ -22,6 +22,7 @@ undefended run with a 95% t-interval over seeds, and whether that interval exclu
 seed noise").
 
     OMP_NUM_THREADS=1 python benchmarks/pointnav_frontier.py            # run what is missing, then report
+    OMP_NUM_THREADS=1 python benchmarks/pointnav_frontier.py --shard 1/2  # a second process on a second core
     python benchmarks/pointnav_frontier.py --report                      # only aggregate and plot
 """
 from __future__ import annotations
@@ -81,7 +82,7 @@ def run_file(label: str, seed: int) -> Path:
     return RUNS / f"{re.sub(r'[^A-Za-z0-9_.=-]+', '_', label)}__seed{seed}.json"
 
 
-def run_missing(limit_minutes: float | None) -> None:
+def run_missing(limit_minutes: float | None, shard: tuple[int, int] = (0, 1)) -> None:
     import torch
 
     from gradleak_bench.victims.defended import train_defense
@@ -89,7 +90,11 @@ def run_missing(limit_minutes: float | None) -> None:
     torch.set_num_threads(CONFIG["threads"])
     RUNS.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    todo = [(s, seed) for s in settings() for seed in CONFIG["seeds"] if not run_file(s.label, seed).is_file()]
+    # Shard i of n takes every n-th (setting, seed) pair, so n processes share the grid without a lock; each
+    # still trains the undefended run of its seeds once (cached by config hash).
+    index, count = shard
+    pairs = [(s, seed) for s in settings() for seed in CONFIG["seeds"]]
+    todo = [(s, seed) for k, (s, seed) in enumerate(pairs) if k % count == index and not run_file(s.label, seed).is_file()]
     print(f"{len(todo)} runs to go", flush=True)
     for setting, seed in todo:
         if limit_minutes is not None and time.monotonic() - started > 60 * limit_minutes:
@@ -222,9 +227,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--report", action="store_true", help="only aggregate finished runs and plot")
     parser.add_argument("--limit-minutes", type=float, default=None, help="start no new run after this many minutes")
+    parser.add_argument("--shard", default="0/1", metavar="I/N",
+                        help="run only every N-th missing run starting at I (one process per core: 0/2 and 1/2)")
     args = parser.parse_args()
+    try:
+        index, count = (int(x) for x in args.shard.split("/"))
+        if not 0 <= index < count:
+            raise ValueError
+    except ValueError:
+        parser.error(f"--shard {args.shard!r}: expected I/N with 0 <= I < N, e.g. 0/2")
     if not args.report:
-        run_missing(args.limit_minutes)
+        run_missing(args.limit_minutes, (index, count))
     result = report()
     print(f"{result['finished_runs']} / {result['planned_runs']} runs finished; {DATA / 'pointnav_ppo.json'}")
     return 0
