@@ -289,6 +289,32 @@ def test_bootstrap_ci_falls_back_to_percentile_when_bca_is_undefined(monkeypatch
     assert 1.0 <= low < mean < high <= 7.0
 
 
+@pytest.mark.parametrize("method", ["BCa", "percentile"])
+def test_bootstrap_interval_is_scipys(method):
+    """The numpy interval is scipy.stats.bootstrap's (same draws, jackknife, quantiles): skewed, tied,
+    two-valued, tiny and batch-splitting inputs, several seeds. Equal to the bit on the machine it was
+    written on; compared at 1e-12 so another CPU's last bits cannot fail it."""
+    import warnings
+
+    from scipy import stats
+
+    from gradleak_bench.metrics import summary
+
+    rng = np.random.default_rng(1)
+    cases = [rng.normal(size=n) for n in (2, 3, 8, 48, 3000)] + [
+        rng.lognormal(size=48) * 10, np.array([0, 0, 0, 1.0]), np.array([0, 1] * 10, float),
+        np.r_[np.zeros(47), 1.0], np.array([1, 1, 1, 1, 2.0])]
+    for values in cases:
+        batch = max(1, min(summary._BATCH, summary._MAX_BATCH_VALUES // values.size))
+        for seed in (0, 7):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ref = stats.bootstrap((values,), np.mean, n_resamples=2000, confidence_level=0.9, method=method,
+                                      vectorized=True, batch=batch, rng=np.random.default_rng(seed)).confidence_interval
+            got = summary._interval(values, 0.9, 2000, seed, method)
+            np.testing.assert_allclose(got, (ref.low, ref.high), rtol=1e-12, atol=1e-15, equal_nan=True)
+
+
 def test_summarize_counts_failed_episodes_and_serialises():
     summary = summarize([1.0, np.nan, 3.0, np.inf], n_resamples=1000)
     assert (summary.n, summary.n_failed, summary.mean) == (2, 2, 2.0)

@@ -115,8 +115,23 @@ def test_topk_defense_and_wandb_offline(tmp_path):
     result = _run(tmp_path, defense="topk", defense_params={"keep": 0.1}, wandb="offline", episodes=3)
     assert result.summary["defense_params"] == {"keep": 0.1}
     runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
-    assert runs and list(runs[0].glob("run-*.wandb"))  # complete when evaluate returns (W&B starts in a thread)
+    assert runs and list(runs[0].glob("run-*.wandb"))  # complete when evaluate returns (W&B in its own process)
+    tables = list(runs[0].glob("files/media/table/episodes_*.table.json"))
+    logged = json.loads(tables[0].read_text())
+    assert len(logged["data"]) == 3 and "action_accuracy/control" in logged["columns"]
     assert np.isfinite(result.summary["ms_per_frame"])
+
+
+def test_a_wandb_process_that_dies_is_one_clear_error_after_the_results_are_written(tmp_path, monkeypatch):
+    from gradleak_bench.errors import GradleakError
+    from gradleak_bench.run import tracking
+
+    child = tmp_path / "dying_child.py"
+    child.write_text("import sys; sys.stdin.readline(); print('wandb exploded', file=sys.stderr); sys.exit(1)\n")
+    monkeypatch.setattr(tracking, "CHILD", child)
+    with pytest.raises(GradleakError, match="W&B could not start .*wandb exploded.*--wandb disabled"):
+        _run(tmp_path, wandb="offline", episodes=2)
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["n_episodes"] == 2
 
 
 def test_a_failed_run_leaves_no_wandb_run(tmp_path):
@@ -215,28 +230,12 @@ def test_without_isolation_the_default_run_is_unsealed_and_says_so(tmp_path, mon
         _run(tmp_path / "b", episodes=2, sealed=True)
 
 
-def test_wandb_summary_names_the_headline_and_the_control(tmp_path, monkeypatch):
+def test_wandb_summary_names_the_headline_and_the_control(tmp_path):
     """W&B's summary carries the leakage over the best prior (the headline) and the swap control's, each named."""
-    import sys
-    import types
+    from gradleak_bench.run.tracking import _flat_summary
 
-    from gradleak_bench.run.tracking import log_run
-
-    logged = {}
-
-    class _Run:
-        summary = types.SimpleNamespace(update=logged.update)
-
-        def log(self, _):
-            pass
-
-        def finish(self):
-            pass
-
-    fake = types.SimpleNamespace(init=lambda **kw: _Run(), Table=lambda **kw: None, Image=lambda *a, **kw: None)
-    monkeypatch.setitem(sys.modules, "wandb", fake)
     result = _run(tmp_path, episodes=3)
-    log_run(result, EvaluateConfig(attack="closed_form", victim="ppo_compact", out=str(tmp_path / "run")), {}, {})
+    logged = _flat_summary(result.summary)
     acc = result.summary["metrics"]["action_accuracy"]
     assert logged["action_accuracy/leakage_vs_best_prior"] == pytest.approx(acc["prior_leakage"]["mean"])
     assert logged["action_accuracy/best_prior"] == acc["best_prior"]

@@ -1,15 +1,18 @@
 """Weights & Biases logging (offline by default) and the reconstruction picture grid.
 
-wandb is imported here only, lazily, so the rest of the benchmark never pays for it. An evaluation starts its
-W&B run (:class:`TrackedRun`) in a background thread as soon as it starts: wandb's import, its service process
-and its init (about 2 s of a warm run) then overlap the plug-ins' start and the scoring, which mostly waits
-on the sealed plug-in processes, instead of following them.
+wandb is imported only in a process of its own (:mod:`gradleak_bench.run.wandb_child`), so the scorer never
+pays for it. An evaluation starts that process (:class:`TrackedRun`) as soon as it starts: wandb's import, its
+service process and its init (about 1 s of CPU) then run beside the plug-ins' start and the scoring instead of
+holding the scorer's interpreter lock, and the scorer hands over only the finished run.
 """
 from __future__ import annotations
 
-import os
+import json
+import select
 import shutil
-import threading
+import subprocess
+import sys
+import tempfile
 import warnings
 from dataclasses import asdict
 from pathlib import Path
@@ -17,7 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from gradleak_bench.errors import GradleakError
 from gradleak_bench.records import Episode, Reconstruction
+
+CHILD = Path(__file__).with_name("wandb_child.py")
+WAIT_SECONDS = 300  # the longest wait on the W&B process (its start, a log and finish) before it is killed
 
 
 def reconstruction_grid(recons: dict[str, Reconstruction], truths: dict[str, Episode], path: Path,
@@ -56,79 +63,102 @@ def log_run(result: Any, config: Any, recons: dict[str, Reconstruction], truths:
 
 
 class TrackedRun:
-    """A W&B run in ``config.wandb`` mode, its start (import + init) begun in a background thread at once.
+    """A W&B run in ``config.wandb`` mode, started at once in a process of its own (:mod:`.wandb_child`).
 
-    :meth:`log` waits for the start, logs and finishes the run: when it returns, the complete offline run is in
-    ``OUT/wandb``. :meth:`discard` closes a run whose evaluation failed and removes what it wrote, so a failed
-    evaluation leaves ``OUT`` as it would have without W&B. Errors of the start are raised by either, in the
-    caller's thread.
+    :meth:`log` hands it the finished run and waits until it has logged and finished: when it returns, the
+    complete offline run is in ``OUT/wandb``. :meth:`discard` closes a run whose evaluation failed and removes
+    what it wrote, so a failed evaluation leaves ``OUT`` as it would have without W&B. Errors of the start
+    (wandb's own message) are raised by either, in the caller's thread. Every wait is bounded
+    (:data:`WAIT_SECONDS`).
     """
 
     def __init__(self, config: Any):
         self._config, self._out = config, Path(config.out)
         self._had_folder = (self._out / "wandb").exists()
-        self._run: Any = None
-        self._error: BaseException | None = None
-        self._missing = self._logged = False
-        self._thread = threading.Thread(target=self._start, name="gradleak-wandb-start", daemon=True)
-        self._thread.start()
+        self._logged = False
+        self._started: dict[str, Any] | None = None
+        self._stderr = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen([sys.executable, str(CHILD)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+        init = {"project": "gradleak-bench", "mode": config.wandb, "dir": str(self._out), "config": asdict(config),
+                "job_type": "evaluate", "name": f"{config.attack}-{config.task}-{config.defense}", "reinit": True}
+        self._send(init)
 
-    def _start(self) -> None:
+    def _send(self, message: dict[str, Any]) -> None:
         try:
-            import wandb
-        except ImportError:
-            self._missing = True
-            return
-        os.environ.setdefault("WANDB_SILENT", "true")
-        config = self._config
-        try:
-            self._run = wandb.init(project="gradleak-bench", mode=config.wandb, dir=str(self._out),
-                                   config=asdict(config), job_type="evaluate",
-                                   name=f"{config.attack}-{config.task}-{config.defense}", reinit=True)
-        except BaseException as exc:  # noqa: BLE001  handed to the caller's thread by _wait
-            self._error = exc
+            self._proc.stdin.write(json.dumps(message, default=_plain) + "\n")
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the child has ended; _answer says why
 
-    def _wait(self) -> Any:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._run
+    def _answer(self) -> dict[str, Any]:
+        """The child's next answer, or the reason it has none (its last stderr lines)."""
+        ready, _, _ = select.select([self._proc.stdout], [], [], WAIT_SECONDS)
+        line = self._proc.stdout.readline() if ready else ""
+        if line.strip():
+            return json.loads(line)
+        if ready:  # end of file: the child ended without answering
+            self._proc.wait(timeout=WAIT_SECONDS)
+        else:
+            self._proc.kill()
+        self._stderr.seek(0)
+        tail = self._stderr.read().decode(errors="replace").strip().splitlines()[-5:]
+        return {"error": f"the W&B process {'ended' if ready else f'did not answer in {WAIT_SECONDS} s'}"
+                         + (f": {' | '.join(tail)}" if tail else "")}
+
+    def _wait(self) -> bool:
+        """Wait for the start; True when a run is open, False when wandb is missing (warned)."""
+        if self._started is None:
+            self._started = self._answer()
+        if self._started.get("error"):
+            raise GradleakError(f"W&B could not start ({self._started['error']}); run with --wandb disabled to "
+                                "skip W&B logging")
+        return bool(self._started.get("ready"))
+
+    def _end(self, message: dict[str, Any]) -> None:
+        self._send(message)
+        reply = self._answer()
+        self._proc.stdin.close()
+        self._proc.wait(timeout=WAIT_SECONDS)
+        self._stderr.close()
+        if reply.get("error"):
+            raise GradleakError(f"W&B logging failed ({reply['error']}); the results in {self._out} are complete")
 
     def log(self, result: Any, recons: dict[str, Reconstruction], truths: dict[str, Episode]) -> None:
-        """Write the picture grids, then log config, summary, episode table and grids, and finish the run."""
+        """Write the picture grids, then have the W&B process log config, summary, episode table and grids, and
+        finish the run."""
         grids = {f: reconstruction_grid(recons, truths, result.out / f"reconstructions_{f}.png", f)
                  for f in ("rgb", "depth")}
         self._logged = True  # whatever happens now, the run is this evaluation's to keep
-        run = self._wait()
-        if self._missing:
+        if not self._wait():
             warnings.warn("wandb is not installed; skipping W&B logging (pip install wandb)", stacklevel=2)
+            self._proc.wait(timeout=WAIT_SECONDS)
             return
-        import wandb
-
-        try:
-            run.summary.update(_flat_summary(result.summary))
-            rows = [r.flat() for r in result.rows]
-            columns = sorted({k for r in rows for k in r})
-            run.log({"episodes": wandb.Table(columns=columns, data=[[r.get(c) for c in columns] for r in rows])})
-            for f, path in grids.items():
-                if path is not None:
-                    run.log({f"reconstructions/{f}": wandb.Image(str(path), caption="rows: truth, reconstruction")})
-        finally:
-            run.finish()
+        rows = [r.flat() for r in result.rows]
+        columns = sorted({k for r in rows for k in r})
+        self._end({"summary": _flat_summary(result.summary), "columns": columns,
+                   "rows": [[r.get(c) for c in columns] for r in rows],
+                   "images": {f: str(path) for f, path in grids.items() if path is not None}})
 
     def discard(self) -> None:
         """The evaluation failed before logging: finish the run (marked failed) and remove its files."""
         if self._logged:
             return
         try:
-            run = self._wait()
+            if not self._wait():
+                return
+            self._end({"discard": True})
         except Exception:  # noqa: BLE001  the evaluation's own error is the one to report
-            run = None
-        if run is None:
-            return
-        run.finish(exit_code=1)
+            self._proc.kill()
         if not self._had_folder:
             shutil.rmtree(self._out / "wandb", ignore_errors=True)
+
+
+def _plain(value: Any) -> Any:
+    """JSON for what a config or an episode row may hold beside JSON's own types (numpy scalars, paths)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)
 
 
 def _flat_summary(summary: dict[str, Any]) -> dict[str, Any]:
