@@ -114,11 +114,38 @@ def run_missing(limit_minutes: float | None, shard: tuple[int, int] = (0, 1)) ->
             "process_wall_seconds": round(time.monotonic() - t0, 1),
             "process_cpu_seconds": round(time.process_time() - cpu0, 1),
             "load_average_before": load_before, "load_average_after": os.getloadavg()[0],
+            # RL training is not bit-reproducible across CPUs (kernel choice changes float last bits, which
+            # training amplifies), so each run says where and with what it ran; runs from different machines
+            # are further draws of the same seed-to-seed variation, not the same draw.
+            "provenance": provenance(),
         }
         run_file(setting.label, seed).write_text(json.dumps(record, indent=1, default=float) + "\n")
         print(f"{setting.label} seed {seed}: val return {report['defended']['val']['mean_return']:.3f} "
               f"(undefended {report['undefended']['val']['mean_return']:.3f}), {record['process_wall_seconds']} s",
               flush=True)
+
+
+def provenance() -> dict[str, Any]:
+    """The code commit, CPU model and library versions a run was made with."""
+    import platform
+    import subprocess
+
+    import stable_baselines3
+    import torch
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    cpu = ""
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"commit": commit or None, "cpu": cpu or platform.processor() or platform.machine(),
+            "torch": torch.__version__, "stable_baselines3": stable_baselines3.__version__,
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def t_interval(values: list[float]) -> tuple[float, float, float]:
