@@ -15,6 +15,8 @@ resident-set growth, measured in a fresh child process. Run::
 
     python benchmarks/bench_per_sample.py [--repeats 15] [--batch 64] [--threads 1]
 
+(batch 64 writes ``results/bench_per_sample.json``, another batch ``results/bench_per_sample_b{B}.json``).
+
 The thread count and the load average before and after are printed and stored with the results.
 """
 from __future__ import annotations
@@ -41,7 +43,22 @@ from torch import nn
 from gradleak_bench.records import LossSpec
 from gradleak_bench.stream.per_sample import LossInputs, PerSampleGradients
 
-RESULTS = Path(__file__).parent / "results" / "bench_per_sample.json"
+RESULTS = Path(__file__).parent / "results"
+
+
+def results_file(batch: int) -> Path:
+    """``bench_per_sample.json`` for the default batch of 64, ``bench_per_sample_b{B}.json`` for others."""
+    return RESULTS / ("bench_per_sample.json" if batch == 64 else f"bench_per_sample_b{batch}.json")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 SPEC = LossSpec("ppo", ent_coef=0.01, vf_coef=0.5, clip_range=0.2)
 METHODS = ("engine (out=)", "engine (fresh)", "engine vmap", "opacus", "python loop", "batched backward")
 
@@ -218,16 +235,17 @@ def main() -> None:
         print(f"{method:18s} {row['ms']:8.1f} {row['ratio_to_floor']:8.2f} {row['speedup_vs_opacus']:10.2f} "
               f"{err:>9s} {mem:>9s}")
 
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    out = results_file(args.batch)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
         "setup": {"policy": "PPO CnnPolicy (NatureCNN)", "obs": [64, 64, 3], "n_actions": 5,
                   "batch": args.batch, "repeats": args.repeats, "threads": torch.get_num_threads(),
-                  "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
+                  "torch": torch.__version__, "machine": platform.machine(), "cpu": cpu_model(),
                   "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE", ""),
                   "load_average_before": load_before, "load_average_after": os.getloadavg()},
         "results": rows,
     }, indent=2))
-    print(f"wrote {RESULTS}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -346,6 +346,35 @@ def trace_speed(data: dict) -> str:
                      "of which gradient features", "training, teacher forcing", "training, scheduled sampling"], rows)
 
 
+# ------------------------------------------------------------------ per-sample engine (docs/gradient-stream.md)
+
+PER_SAMPLE_B8 = "benchmarks/results/bench_per_sample_b8.json"
+PER_SAMPLE_B64 = "benchmarks/results/bench_per_sample.json"
+_PER_SAMPLE_LABELS = {"engine (out=)": "engine, `out=` preallocated",
+                      "engine (fresh)": "engine, fresh outputs (default call)",
+                      "engine vmap": "engine, `vmap` reference path",
+                      "opacus": "Opacus 1.6 `GradSampleModule`",
+                      "python loop": "Python loop of single-sample backwards",
+                      "batched backward": "one batched backward of the mean loss (floor)"}
+
+
+def per_sample_speed(b8: dict, b64: dict) -> str:
+    rows = []
+    for method, label in _PER_SAMPLE_LABELS.items():
+        small, large = b8["results"][method], b64["results"][method]
+        err = large["max_rel_err_vs_vmap"]
+        ratio = f"{large['ratio_to_floor']:.2f}"
+        rows.append([label, f"{small['ms']:.1f}", f"{small['ratio_to_floor']:.2f}", f"{large['ms']:.1f}",
+                     f"**{ratio}**" if method == "engine (out=)" else ratio, f"{large['peak_rss_growth_mib']:.0f}",
+                     "--" if err is None else f"{err:.1e}"])
+    setup = b64["setup"]
+    return markdown(["method", "batch 8 (one episode): ms", "x floor", "batch 64: ms", "x floor",
+                     "peak MiB (batch 64)", "max rel err (batch 64)"], rows) + (
+        f"\n{setup['threads']} thread, median of {setup['repeats']}, torch {setup['torch']}, {setup.get('cpu', setup['machine'])}; "
+        f"1-minute load average {b8['setup']['load_average_before'][0]:.2f} / {setup['load_average_before'][0]:.2f} "
+        f"before the batch 8 / 64 runs (the frontier's two training processes paused).\n")
+
+
 # ------------------------------------------------------------------ priors and calibrated leakage (docs/priors.md)
 
 PRIORS_PPO_INIT = "docs/data/priors_PointNav_ppo_init.json"
@@ -769,6 +798,7 @@ def continuous_pipeline(data: dict) -> str:
 # ------------------------------------------------------------------ registry
 
 TABLES: dict[str, Table] = {
+    "per_sample_speed": Table("docs/gradient-stream.md", (PER_SAMPLE_B8, PER_SAMPLE_B64), per_sample_speed),
     "inversion_table1": Table("docs/inversion-attacks.md", (INVERSION, PAPER), inversion_table1),
     "inversion_ablation": Table("docs/inversion-attacks.md", (INVERSION,), inversion_ablation),
     "inversion_speed": Table("docs/inversion-attacks.md", (INVERSION_SPEED,), inversion_speed),
