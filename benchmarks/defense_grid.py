@@ -29,6 +29,12 @@ GRIDS: dict[str, tuple[str, ...]] = {
     # every standard setting, closed-form actions, both PointNav actor-critic victims mid-training, whole split
     "pointnav_closed_form": ("-a", "closed_form", "-t", "PointNav/ppo", "-t", "PointNav/a2c", "--checkpoint",
                              "trained"),
+    # the frontier's second leakage axis (benchmarks/pointnav_frontier.py): non-adaptive TRACE (trained once on
+    # exact gradients) behind every standard setting, PPO mid-training, at the budget of docs/trace.md's
+    # "Behind a defense" cells and on the first 16 held-out episodes (a fit of ~10 CPU-minutes, then ~1 minute a cell)
+    "pointnav_trace": ("-a", "trace", "-t", "PointNav/ppo", "--checkpoint", "trained", "--episodes", "16",
+                       "-A", "trace.preset=quick", "-A", "trace.episodes_per_layout=2", "-A", "trace.epochs=6",
+                       "-A", "trace.progress=false"),
     # a small stated grid: two attacks behind five settings on the small DQN mid-training; leakage only (the
     # utility side, `--utility-budget`, costs ~4 CPU-minutes per defended run and was not rerun)
     "ap_frontier": ("-a", "closed_form", "-a", "qgi", "-t", "ActivePerception/dqn_compact", "--checkpoint",

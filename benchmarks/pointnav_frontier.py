@@ -9,9 +9,12 @@ a random policy (30% vs 12.5% success), so 21 settings x 3 seeds from scratch wo
 2-core machine; a fine-tuning round from the shared checkpoint is the client's real situation in federated
 RL and costs minutes. (The compact victim does not learn PointNav within its 20k steps: 2.5% success.)
 
-**Leakage** is the same checkpoint's released gradient behind the same setting, from the committed grid
-``docs/data/grid_pointnav_closed_form.json`` (closed-form action attack, 48 held-out episodes, leakage over
-the best gradient-free prior with its 95% bootstrap CI).
+**Leakage** is the same checkpoint's released gradient behind the same setting, on two axes from the
+committed grids (``benchmarks/defense_grid.py``), each the leakage over the best gradient-free prior with its
+95% bootstrap CI: the closed-form action attack (``docs/data/grid_pointnav_closed_form.json``, 48 held-out
+episodes) and non-adaptive TRACE (``docs/data/grid_pointnav_trace.json``, the first 16 held-out episodes,
+action accuracy; its images do not beat the best prior even undefended, docs/trace.md). The Pareto frontier is
+computed per axis.
 
 Each (setting, seed) run is one JSON in ``docs/data/frontier/runs/``, written when it finishes and skipped
 when the script runs again, so the frontier is resumable across machines and sessions (the victims' own
@@ -43,7 +46,9 @@ from headline_leakage import finite  # noqa: E402  one rule for strict JSON in e
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data" / "frontier"
 RUNS = DATA / "runs"
-LEAKAGE_GRID = ROOT / "docs" / "data" / "grid_pointnav_closed_form.json"
+# attack -> (committed grid, metric): the leakage axes
+LEAKAGE_GRIDS = {"closed_form": (ROOT / "docs" / "data" / "grid_pointnav_closed_form.json", "action_accuracy"),
+                 "trace": (ROOT / "docs" / "data" / "grid_pointnav_trace.json", "action_accuracy")}
 PLOT = ROOT / "docs" / "img" / "frontier_pointnav_ppo.png"
 
 CONFIG = {"task": "PointNav", "victim": "ppo", "start": "trained", "budget": 8192, "eval_episodes": 40,
@@ -161,14 +166,18 @@ def t_interval(values: list[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def leakage_by_setting() -> dict[str, dict[str, Any]]:
-    grid = json.loads(LEAKAGE_GRID.read_text())
-    out = {}
-    for cell in grid["cells"]:
-        if (cell["victim"], cell["checkpoint"], cell["status"]) == (CONFIG["victim"], "trained", "ok"):
-            m = cell["metrics"]["action_accuracy"]
-            out[cell["setting"]] = {"metric": "action_accuracy", "best_prior": m["best_prior"],
-                                    **{k: m["prior_leakage"][k] for k in ("mean", "ci_low", "ci_high")}}
+def leakage_by_setting() -> dict[str, dict[str, dict[str, Any]]]:
+    """setting -> attack -> the leakage over the best prior (mean, CI, n), from each axis's grid that exists."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for attack, (path, metric) in LEAKAGE_GRIDS.items():
+        if not path.is_file():
+            continue
+        for cell in json.loads(path.read_text())["cells"]:
+            if (cell["victim"], cell["checkpoint"], cell["attack"], cell["status"]) == (CONFIG["victim"], "trained", attack, "ok"):
+                m = cell["metrics"][metric]
+                out.setdefault(cell["setting"], {})[attack] = {
+                    "metric": metric, "best_prior": m["best_prior"], "n_episodes": cell["n_episodes"],
+                    **{k: m["prior_leakage"][k] for k in ("mean", "ci_low", "ci_high")}}
     return out
 
 
@@ -205,45 +214,56 @@ def report() -> dict[str, Any]:
     from gradleak_bench.run.grid import pareto_front
 
     done = [r for r in rows if r["n_seeds"]]
-    pareto = set(pareto_front([(r["val_return"], r["leakage"]["mean"] if r.get("leakage") else math.nan) for r in done]))
+    fronts = {}
+    for attack in LEAKAGE_GRIDS:
+        leak = [(r.get("leakage") or {}).get(attack, {}).get("mean", math.nan) for r in done]
+        fronts[attack] = set(pareto_front([(r["val_return"], y) for r, y in zip(done, leak)]))
     for i, r in enumerate(done):
-        r["on_frontier"] = i in pareto
+        r["on_frontier"] = {attack: i in front for attack, front in fronts.items()}
     result = {"config": CONFIG, "command": "OMP_NUM_THREADS=1 python benchmarks/pointnav_frontier.py",
-              "leakage_source": str(LEAKAGE_GRID.relative_to(ROOT)), "rows": rows,
+              "leakage_sources": {a: str(p.relative_to(ROOT)) for a, (p, _) in LEAKAGE_GRIDS.items()}, "rows": rows,
               "finished_runs": sum(r["n_seeds"] for r in rows),
               "planned_runs": len(rows) * len(CONFIG["seeds"])}
     DATA.mkdir(parents=True, exist_ok=True)
     (DATA / "pointnav_ppo.json").write_text(json.dumps(finite(result), indent=1, allow_nan=False) + "\n")
-    plot(done, pareto)
+    plot(done, fronts)
     return result
 
 
-def plot(rows: list[dict[str, Any]], pareto: set[int]) -> None:
+AXIS_LABELS = {"closed_form": "closed-form action leakage over best prior (95% CI)",
+               "trace": "TRACE action leakage over best prior (95% CI)"}
+
+
+def plot(rows: list[dict[str, Any]], fronts: dict[str, set[int]]) -> None:
+    """One panel per leakage axis: utility (mean ± sd over seeds) against leakage (bootstrap CI), the Pareto
+    frontier of that axis in red."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 5.2))
-    for i, r in enumerate(rows):
-        if not r.get("leakage"):
-            continue
-        lk = r["leakage"]
-        yerr = [[lk["mean"] - lk["ci_low"]], [lk["ci_high"] - lk["mean"]]]
-        xerr = None if math.isnan(r["val_return_sd"]) else [[r["val_return_sd"]], [r["val_return_sd"]]]
-        ax.errorbar(r["val_return"], lk["mean"], xerr=xerr, yerr=yerr, fmt="o", ms=5, capsize=2,
-                    color="tab:red" if i in pareto else "tab:blue", alpha=0.85)
-        ax.annotate(r["setting"], (r["val_return"], lk["mean"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    front = sorted((rows[i]["val_return"], rows[i]["leakage"]["mean"]) for i in pareto)
-    if front:
-        ax.plot(*zip(*front), color="tab:red", lw=1, label="Pareto frontier")
+    fig, axes = plt.subplots(1, len(fronts), figsize=(7.0 * len(fronts), 5.2), squeeze=False)
     base = [r["undefended_val_return"] for r in rows]
-    if base:
-        ax.axvline(sum(base) / len(base), ls=":", color="gray", label="undefended fine-tuning (mean over seeds)")
-    ax.axhline(0, color="black", lw=0.5)
-    ax.set_xlabel(f"utility: val return after {CONFIG['budget']} fine-tuning steps (mean ± sd over seeds)")
-    ax.set_ylabel("closed-form action leakage over best prior (95% CI)")
-    ax.set_title("PointNav / ppo (trained): privacy-utility frontier")
-    ax.legend(fontsize=7, loc="upper left")
+    for ax, (attack, pareto) in zip(axes[0], fronts.items()):
+        for i, r in enumerate(rows):
+            lk = (r.get("leakage") or {}).get(attack)
+            if not lk:
+                continue
+            yerr = [[lk["mean"] - lk["ci_low"]], [lk["ci_high"] - lk["mean"]]]
+            xerr = None if math.isnan(r["val_return_sd"]) else [[r["val_return_sd"]], [r["val_return_sd"]]]
+            ax.errorbar(r["val_return"], lk["mean"], xerr=xerr, yerr=yerr, fmt="o", ms=5, capsize=2,
+                        color="tab:red" if i in pareto else "tab:blue", alpha=0.85)
+            ax.annotate(r["setting"], (r["val_return"], lk["mean"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        front = sorted((rows[i]["val_return"], rows[i]["leakage"][attack]["mean"]) for i in pareto
+                       if attack in (rows[i].get("leakage") or {}))
+        if front:
+            ax.plot(*zip(*front), color="tab:red", lw=1, label="Pareto frontier")
+        if base:
+            ax.axvline(sum(base) / len(base), ls=":", color="gray", label="undefended fine-tuning (mean over seeds)")
+        ax.axhline(0, color="black", lw=0.5)
+        ax.set_xlabel(f"utility: val return after {CONFIG['budget']} fine-tuning steps (mean ± sd over seeds)")
+        ax.set_ylabel(AXIS_LABELS.get(attack, f"{attack} leakage over best prior (95% CI)"))
+        ax.set_title(f"PointNav / ppo (trained): {attack}")
+        ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     PLOT.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(PLOT, dpi=130)

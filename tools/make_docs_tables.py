@@ -728,28 +728,62 @@ def defenses_grid_ap(data: dict) -> str:
                              ("dqn_compact", "qgi", "bbox_iou", "qgi box IoU")))
 
 
+DEFENDED_TRAINING = "benchmarks/results/bench_defended_training.json"
+_TRAINING_LABELS = {
+    "sb3": "plain SB3",
+    "none (mean path)": "`none` (mean path)",
+    "dp_sgd norms path, train_noise=mean": "`dp_sgd(C=1, sigma=1, train_noise=mean)` (norms path)",
+    "dp_sgd norms path, per-sample draws": "`dp_sgd(C=1, sigma=1)` (norms path, per-sample noise draws)",
+    "dp_sgd per-sample path (old)": "`dp_sgd(C=1, sigma=1)` forced onto the per-sample path",
+    "quantize 8 bit (per-sample path)": "`quantize(bits=8)` (per-sample path, `release_mean`)",
+    "topk keep=0.1 (per-sample path)": "`topk(keep=0.1)` (per-sample path, `release_mean`)",
+}
+
+
+def defended_training_cost(data: dict) -> str:
+    """Whole defended training runs against plain SB3 (wall and CPU), then one minibatch update per path."""
+    rows = []
+    for key, label in _TRAINING_LABELS.items():
+        r = data["training"].get(key)
+        if r is not None:
+            rows.append([label, f"{r['wall_s']:.1f}", f"{r['wall_x_sb3']:.2f}", f"{r['cpu_s']:.1f}", f"{r['cpu_x_sb3']:.2f}"])
+    update = [[f"{key}", f"{r['ms']:.1f}", f"{r['x_sb3']:.2f}"] for key, r in data["per_update"].items()]
+    m = data["machine"]
+    return (markdown(["path", "wall s", "x SB3", "CPU s", "x SB3"], rows) + "\n"
+            + markdown(["one 64-frame minibatch update", "ms", "x SB3"], update)
+            + f"\n{data['budget']} steps per training run, {m['threads']} torch thread, torch {m['torch']}, {m['cpus']} CPUs; "
+              f"1-minute load average {m['load_before'][0]:.2f} before, {m['load_after'][0]:.2f} after.\n")
+
+
 FRONTIER = "docs/data/frontier/pointnav_ppo.json"
 
 
 def frontier_pointnav(data: dict) -> str:
     """One row per setting: val return after fine-tuning (mean ± sd over seeds), its cost against the
     undefended fine-tuning paired by seed (95% t-interval over seeds; resolved when it excludes 0), and the
-    closed-form leakage over the best prior of the same checkpoint's release; rows not yet run say so."""
+    leakage over the best prior of the same checkpoint's release on each axis (closed-form actions, TRACE
+    actions), with whether the setting is on that axis's Pareto frontier; rows not yet run say so."""
+    axes = list(data["leakage_sources"])
+    names = {"closed_form": "closed-form", "trace": "TRACE"}
     header = ["setting", "seeds", "val return (mean ± sd)", "val success", "cost in return [95% CI over seeds]",
-              "cost resolved?", "closed-form leakage over best prior [95% CI]", "on frontier"]
+              "cost resolved?", *(f"{names.get(a, a)} action leakage over best prior [95% CI]" for a in axes),
+              "on frontier"]
     rows = []
     for r in data["rows"]:
-        lk = r.get("leakage")
-        leak = f"{number(lk['mean'], 3)} [{number(lk['ci_low'], 3)}, {number(lk['ci_high'], 3)}]" if lk else "--"
+        leaks = []
+        for attack in axes:
+            lk = (r.get("leakage") or {}).get(attack)
+            leaks.append(f"{number(lk['mean'], 3)} [{number(lk['ci_low'], 3)}, {number(lk['ci_high'], 3)}]" if lk else "--")
         if not r["n_seeds"]:
-            rows.append([f"`{r['setting']}`", "0", "not run yet", "", "", "", leak, ""])
+            rows.append([f"`{r['setting']}`", "0", "not run yet", "", "", "", *leaks, ""])
             continue
         c = r["cost"]
         sd = "" if r["val_return_sd"] is None else f" ± {number(r['val_return_sd'], 3)}"
+        front = ", ".join(names.get(a, a) for a in axes if (r.get("on_frontier") or {}).get(a))
         rows.append([f"`{r['setting']}`", str(r["n_seeds"]), f"{number(r['val_return'], 3)}{sd}",
                      number(r["val_success"], 3),
                      f"{number(c['mean'], 3)} [{number(c['ci_low'], 3)}, {number(c['ci_high'], 3)}]",
-                     "**yes**" if r["cost_resolved"] else "no", leak, "yes" if r.get("on_frontier") else ""])
+                     "**yes**" if r["cost_resolved"] else "no", *leaks, front])
     return markdown(header, rows)
 
 
@@ -829,6 +863,7 @@ TABLES: dict[str, Table] = {
     "headline_conditions": Table("docs/priors.md", ALL_RUNS, headline_conditions),
     "defenses_grid_pointnav": Table("docs/defenses.md", (GRID_POINTNAV,), defenses_grid_pointnav),
     "frontier_pointnav": Table("docs/defenses.md", (FRONTIER,), frontier_pointnav),
+    "defended_training_cost": Table("docs/defenses.md", (DEFENDED_TRAINING,), defended_training_cost),
     "resolution_closed_form": Table("docs/trace.md", RESOLUTION_CLOSED_FORM_RUNS, resolution_table),
     "resolution_inversion": Table("docs/inversion-attacks.md", RESOLUTION_IG_RUNS, resolution_inversion),
     "continuous_pipeline": Table("docs/continuous-actions.md", (CONTINUOUS,), continuous_pipeline),
