@@ -8,9 +8,10 @@
      noise on the mean, per-sample draws or the one equivalent draw (``train_noise=mean``);
    * ``norms path``: ``sb3`` + ghost norms and the clipped mean (``dp_sgd``) by the engine (a second pass),
      literal or equivalent draws, and read off SB3's own pass (``MeanLossCapture``, what training uses);
-   * ``per-sample path``: ``sb3`` + every per-sample gradient (into reused tensors, as training does) + the
-     mean of the release (``dp_sgd`` forced literal; ``quantize`` and ``topk`` by their ``release_mean``, and
-     ``quantize`` also by ``release`` then the mean);
+   * ``per-sample path``: ``sb3`` + every per-sample gradient read off that pass (``MeanLossCapture``, into
+     reused tensors, as training does) + the mean of the release (``dp_sgd`` forced literal; ``quantize`` and
+     ``topk`` by their ``release_mean``, and ``quantize`` also by ``release`` then the mean, and with the
+     per-sample gradients from a second pass of the engine, as before);
    * ``opacus dp-sgd``: Opacus 1.6 ``GradSampleModule`` + ``DPOptimizer.pre_step`` (per-sample gradients
      materialised, clipped, noised), contiguous input (Opacus gets channels-last conv gradients wrong).
 
@@ -136,10 +137,15 @@ def per_update(repeats: int, batch: int) -> dict:
 
     buffers = GradientBuffers()
 
-    def literal_path(defense, fused=True):
-        def run():  # as training runs it: per-sample gradients in reused tensors, the defense's release_mean
+    def literal_path(defense, fused=True, observed=True):
+        def run():  # as training runs it: per-sample gradients read off SB3's own pass into reused tensors, the
+            # defense's release_mean; observed=False: by a second pass of the engine (before 2026-12-01)
+            out = buffers.get(engine, batch)
+            if observed:
+                capture.arm()
             _sb3_backward(policy, engine, inputs)
-            literal_update(defense, engine, inputs, np.random.default_rng(0), buffers.get(engine, batch), fused)
+            grads = capture.per_sample_gradients(batch, out) if observed else None
+            literal_update(defense, engine, inputs, np.random.default_rng(0), out, fused, gradients=grads)
         return run
 
     fns = {
@@ -151,6 +157,7 @@ def per_update(repeats: int, batch: int) -> dict:
         "norms path from SB3's pass, dp_sgd train_noise=mean": observed_norms_path(defenses["dp_sgd mean"]),
         "per-sample path, dp_sgd (old default)": literal_path(defenses["dp_sgd"]),
         "per-sample path, quantize 8 bit": literal_path(defenses["quantize"]),
+        "per-sample path by a second engine pass, quantize 8 bit": literal_path(defenses["quantize"], observed=False),
         "per-sample path, quantize 8 bit, release then mean": literal_path(defenses["quantize"], fused=False),
         "per-sample path, topk keep=0.1": literal_path(defenses["topk"]),
         "opacus dp-sgd": _opacus(policy, inputs),

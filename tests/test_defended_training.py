@@ -40,6 +40,23 @@ def test_no_defense_applies_exactly_sb3s_own_gradient(tmp_path, task, victim, bu
     assert hooks.max_rel_error < 1e-5, hooks.max_rel_error
 
 
+@pytest.mark.parametrize("task,victim,budget,hp", [
+    ("PointNav", "ppo_compact", 128, {"n_steps": 32, "batch_size": 16, "n_epochs": 2}),
+    ("ActivePerception", "reinforce", 64, {"n_steps": 8}),
+    ("ActivePerception", "dqn_compact", 64, {"learning_starts": 32, "batch_size": 16, "train_freq": 4}),
+])
+def test_per_sample_gradients_read_off_sb3s_pass_are_the_engines(tmp_path, task, victim, budget, hp):
+    """The per-sample path reads every per-sample gradient off SB3's own pass (no pass of its own): with
+    ``none`` forced onto it, the applied update (the mean of those gradients) equals the engine's literal one
+    and SB3's own ``.grad`` at every real step."""
+    spec = _unclipped(task, victim, budget, **hp)
+    hooks = DefendedUpdates(plugins.load("defense", "none"), seed=0, verify=True, path="per_sample")
+    train_resumable(spec, tmp_path, "test", hooks=hooks, progress=False)
+    assert hooks.updates > 0 and hooks.observed_steps == hooks.updates
+    assert hooks.max_path_error < 1e-5, hooks.max_path_error
+    assert hooks.max_rel_error < 1e-5, hooks.max_rel_error
+
+
 def test_a2c_defended_step_matches_sb3(tmp_path):
     spec = _unclipped("PointNav", "a2c", 32, n_steps=4)
     spec = dataclasses.replace(spec, policy_kwargs={"features_extractor": "CompactCNN", "net_arch": []})
@@ -249,6 +266,7 @@ def test_release_mean_applies_the_literal_update_in_real_training(tmp_path, defe
     assert hooks.path == "per_sample"
     train_resumable(spec, tmp_path, "test", hooks=hooks, progress=False)
     assert hooks.updates > 0
+    assert hooks.observed_steps == hooks.updates  # the per-sample gradients read off SB3's own pass
     assert hooks.max_path_error < 1e-5, hooks.max_path_error
 
 

@@ -61,6 +61,21 @@ def mean_of_blocks(g: torch.Tensor, blocks: Iterator[tuple[slice, slice, torch.T
     return (total / g.shape[0]).to(g.dtype).reshape(g.shape[1:])
 
 
+def weighted_mean_of_blocks(g: torch.Tensor, blocks: Iterator[tuple[slice, slice, torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """:func:`mean_of_blocks` for blocks whose rows still need a per-row factor: each block is ``(rows, cols,
+    values, weights)`` with ``weights`` of shape ``(n_rows, 1)``, and the released block is ``weights * values``.
+    The scaling is folded into the accumulation (one ``axpy`` for a one-row block, one matrix-vector product
+    otherwise), which saves a pass over every block; equal to the mean of the scaled blocks up to float64
+    rounding."""
+    total = torch.zeros(math.prod(g.shape[1:]), dtype=torch.float64)
+    for _, c, values, weights in blocks:
+        if values.shape[0] == 1:
+            total[c].add_(values[0], alpha=float(weights[0, 0]))
+        else:
+            total[c].addmv_(values.t(), weights[:, 0])
+    return (total / g.shape[0]).to(g.dtype).reshape(g.shape[1:])
+
+
 def kth_largest_abs(rows: list[torch.Tensor], k: int) -> torch.Tensor:
     """Per row ``t``, the ``k``-th largest ``|x|`` over the concatenation of ``rows[j][t]`` (each ``(T, n_j)``):
     the value ``flat.abs().topk(k, dim=1).values[:, -1]`` returns, without forming ``flat``.

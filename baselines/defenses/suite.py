@@ -21,7 +21,7 @@ from gradleak_bench.errors import GradleakError
 from gradleak_bench.records import GradientStream
 
 from .basic import (BLOCK, _torch_generator, assemble_blocks, check_train_noise, gaussian_noise_of_mean,
-                    mean_of_blocks, row_blocks)
+                    mean_of_blocks, row_blocks, weighted_mean_of_blocks)
 
 
 class DefenseParameterError(GradleakError, ValueError):
@@ -205,15 +205,21 @@ class Quantize:
         """The mean over steps of :meth:`release` (same draws), without materialising the released stream:
         what defended training needs (docs/defenses.md)."""
         gen = _torch_generator(rng)
-        return {name: mean_of_blocks(g, self._blocks(g, gen)) for name, g in gradients.tensors.items()}
+        if self.bits == 1:
+            return {name: mean_of_blocks(g, self._blocks(g, gen)) for name, g in gradients.tensors.items()}
+        # the levels' step is folded into the accumulation (one pass fewer over 64 x 604k coordinates a
+        # minibatch: 258 -> ~200 ms of CPU on NatureCNN's gradients at 8 bits, one thread)
+        return {name: weighted_mean_of_blocks(g, self._blocks(g, gen, scaled=False)) for name, g in gradients.tensors.items()}
 
-    def _blocks(self, g: torch.Tensor, gen: torch.Generator) -> Iterator[tuple[slice, slice, torch.Tensor]]:
+    def _blocks(self, g: torch.Tensor, gen: torch.Generator, scaled: bool = True) -> Iterator[tuple]:
         """One tensor's steps quantised, block by block (``row_blocks`` of its ``(T, n)`` matrix). The
         arithmetic is float64, element by element, in one reused cache-sized buffer: the same operations in
         the same order as on the whole matrix, and the same random draws, so the release is the whole-matrix
         computation's bit for bit (tests/test_defenses.py keeps that reference), without float64 copies of
         every sample. At 1 bit the mean |x| is summed block by block, so it may differ from one whole-row sum
-        in float64's last bit."""
+        in float64's last bit. With ``scaled=False`` (``bits >= 2``) each block is yielded as the integer
+        levels ``j`` with the rows' step ``s / L`` beside them, ``(rows, cols, j, step)``, for
+        :func:`weighted_mean_of_blocks`."""
         x = g.reshape(g.shape[0], -1)
         if x.numel() == 0:
             return
@@ -245,6 +251,9 @@ class Quantize:
                 else:
                     # |x| <= s, so |x / s * L| <= L in correctly rounded arithmetic and the clamp is a no-op
                     y.round_()
+                if not scaled:
+                    yield r, c, y, step[r]
+                    continue
                 y.mul_(step[r])
             yield r, c, y
 

@@ -511,13 +511,14 @@ def _ghost_norms_and_mean(
 
 
 class MeanLossCapture:
-    """Per-sample gradient norms and clipped means from the caller's *own* backward pass of a minibatch
-    **mean** loss (SB3's ``train()``), as Opacus's fast gradient clipping does: forward hooks keep each
+    """Per-sample gradient norms and clipped means, or every per-sample gradient, from the caller's *own*
+    backward pass of a minibatch **mean** loss (SB3's ``train()``), as Opacus's fast gradient clipping does: forward hooks keep each
     trained layer's input, tensor hooks its output gradient; ``B`` times a row of that gradient is the
     sample's own output gradient, since the loss is the mean of per-sample losses. No pass is repeated.
 
     Only for policies the layer-wise engine covers (:func:`layerwise_layers`); a layer run twice in one
-    pass makes :meth:`norms_and_weighted_mean` return ``None`` (the caller then uses the engine).
+    pass makes :meth:`norms_and_weighted_mean` and :meth:`per_sample_gradients` return ``None`` (the caller
+    then uses the engine).
 
     Args:
         policy: The SB3 policy whose own training pass is observed.
@@ -571,6 +572,21 @@ class MeanLossCapture:
             return None
         per_sample = {prefix: batch * g for prefix, g in self._grads.items()}
         return _ghost_norms_and_mean(self._layers, self._inputs, per_sample, batch, weights, self._names)
+
+    def per_sample_gradients(self, batch: int, out: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor] | None:
+        """Every per-sample gradient of the observed pass, as :class:`PerSampleGradients` returns them (written
+        into ``out`` where given), without a pass of its own: the layer-wise products of the captured inputs
+        and ``B`` times the captured output gradients. ``None`` if the pass cannot be split per sample."""
+        self.disarm()
+        if not self._valid or any(a.shape[0] != batch for a in self._inputs.values()):
+            return None
+        result: dict[str, torch.Tensor] = {}
+        for prefix, layer in self._layers:
+            a, g = self._inputs.get(prefix), self._grads.get(prefix)
+            if g is not None and a is None:
+                return None
+            result.update(_LayerwiseEngine._layer_gradients(prefix, layer, a, None if g is None else batch * g, batch, out))
+        return {name: result[name] for name in self._names}
 
 
 def _row_norms(t: torch.Tensor) -> torch.Tensor:

@@ -110,7 +110,7 @@ class DefendedUpdates:
         self.relabelled = 0  # actions replaced by report_actions
         self.max_rel_error = 0.0  # with verify: max over steps of ||mean released - SB3 grad|| / ||SB3 grad||
         self.max_path_error = 0.0  # with verify: max over steps of ||update - literal update|| / ||literal update||
-        self.observed_steps = 0  # norms path: steps whose norms came from SB3's own pass (not the engine)
+        self.observed_steps = 0  # norms / per-sample path: steps read off SB3's own pass (not an engine pass)
         self._minibatch: Any = None
         self._engines: dict[LossSpec, PerSampleGradients] = {}
         self._buffers = GradientBuffers()
@@ -128,8 +128,9 @@ class DefendedUpdates:
         # so SB3's clip becomes a no-op and the defended step clips the update with SB3's max_grad_norm.
         self.max_grad_norm = model.max_grad_norm
         model.max_grad_norm = math.inf
-        if self.path == "norms":
-            # Norms from SB3's own forward and backward pass (no pass repeated); the engine where it cannot.
+        if self.path in ("norms", "per_sample"):
+            # Norms, or the per-sample gradients, from SB3's own forward and backward pass (no pass repeated);
+            # the engine where it cannot.
             try:
                 names = trained_parameter_names(model.policy, self._loss_spec().algo)
                 self._capture = MeanLossCapture(model.policy, names)
@@ -193,17 +194,21 @@ class DefendedUpdates:
         params = dict(self.model.policy.named_parameters())
         rng = self._child_rng()
         observed = self._capture.norms_and_weighted_mean(batch, self.defense.clip_factors) \
-            if self._capture is not None else None  # before any engine pass: the hooks see those too
+            if self._capture is not None and self.path == "norms" else None  # before any engine pass: the hooks see those too
         literal = None
         if self.path == "per_sample" or self.verify:
             inputs = minibatch_inputs(self.model, samples, spec.algo)
-            buffers = self._buffers.get(engine, batch)
-            # verify: the reference is the mean of the released stream itself, never a defense's release_mean
-            literal = literal_update(self.defense, engine, inputs, copy.deepcopy(rng), buffers, fused=not self.verify)
-            if self.verify:
-                self._record_sb3_error(literal, params)
         if self.path == "per_sample":
-            updates = literal_update(self.defense, engine, inputs, rng, buffers) if self.verify else literal
+            buffers = self._buffers.get(engine, batch)
+            captured = self._capture.per_sample_gradients(batch, buffers) if self._capture is not None else None
+            self.observed_steps += captured is not None
+        if self.verify:
+            # the reference: the engine's own pass, and the mean of the released stream itself (never a
+            # defense's release_mean), in fresh tensors (the per-sample path's buffers hold its gradients)
+            literal = literal_update(self.defense, engine, inputs, copy.deepcopy(rng), fused=False)
+            self._record_sb3_error(literal, params)
+        if self.path == "per_sample":
+            updates = literal_update(self.defense, engine, inputs, rng, buffers, gradients=captured)
         elif self.path == "mean":
             mean = {name: params[name].grad if params[name].grad is not None else torch.zeros(shape)
                     for name, shape in engine.param_shapes.items()}
@@ -284,13 +289,15 @@ class GradientBuffers:
 
 
 def literal_update(defense: Any, engine: PerSampleGradients, inputs: LossInputs, rng: np.random.Generator,
-                   out: dict[str, torch.Tensor] | None = None, fused: bool = True) -> dict[str, torch.Tensor]:
+                   out: dict[str, torch.Tensor] | None = None, fused: bool = True,
+                   gradients: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """The literal path: the mean of the released per-sample gradients (the runner's release contract
     checked: every name, shape ``(B, ...)``; finiteness is checked on the update). ``out``: reused tensors
     for the per-sample gradients (:class:`GradientBuffers`). With ``fused`` a defense's ``release_mean``
     (the mean of its release, same draws, without materialising the released stream) is used where it has
-    one; :func:`check_declared_path` compares the two before training."""
-    stream = GradientStream(engine(inputs, out=out))
+    one; :func:`check_declared_path` compares the two before training. ``gradients``: the per-sample
+    gradients already computed (read off SB3's own pass, :class:`MeanLossCapture`); else the engine's pass."""
+    stream = GradientStream(gradients if gradients is not None else engine(inputs, out=out))
     release_mean = getattr(defense, "release_mean", None) if fused else None
     if release_mean is not None:
         means = release_mean(stream, rng)
