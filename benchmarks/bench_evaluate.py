@@ -45,6 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
+from machine import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "bench_evaluate.json"
 
@@ -185,17 +187,18 @@ def main() -> None:
     parser.add_argument("--before", default=None, metavar="PYTHON",
                         help="an interpreter whose gradleak_bench is older code, timed alongside")
     parser.add_argument("--no-cold", action="store_true", help="skip generating the split (cold run)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help=f"results file (default {RESULTS.relative_to(ROOT)})")
     args = parser.parse_args()
     meter = TreeCpu()
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     results: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
-                     "commit": commit, "threads": args.threads, "cpus": os.cpu_count(),
+                     "commit": commit, "threads": args.threads, "cpus": os.cpu_count(), "cpu": cpu_model(),
                      "cpu_accounting": meter.kind or "RUSAGE_CHILDREN (sealed plug-in processes not counted)",
                      "before": _describe(args.before) if args.before else None}
 
     def save() -> None:
-        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
 
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, GRADLEAK_BENCH_CACHE=cache, WANDB_MODE="offline")

@@ -40,6 +40,8 @@ from gymnasium import spaces
 from stable_baselines3 import PPO
 from torch import nn
 
+from machine import cpu_model
+
 from gradleak_bench.records import LossSpec
 from gradleak_bench.stream.per_sample import LossInputs, PerSampleGradients
 
@@ -49,16 +51,6 @@ RESULTS = Path(__file__).parent / "results"
 def results_file(batch: int) -> Path:
     """``bench_per_sample.json`` for the default batch of 64, ``bench_per_sample_b{B}.json`` for others."""
     return RESULTS / ("bench_per_sample.json" if batch == 64 else f"bench_per_sample_b{batch}.json")
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 SPEC = LossSpec("ppo", ent_coef=0.01, vf_coef=0.5, clip_range=0.2)
 METHODS = ("engine (out=)", "engine (fresh)", "engine vmap", "opacus", "python loop", "batched backward")
 

@@ -42,6 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from headline_leakage import finite  # noqa: E402  one rule for strict JSON in every committed result set
+from machine import cpu_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data" / "frontier"
@@ -132,7 +133,6 @@ def run_missing(limit_minutes: float | None, shard: tuple[int, int] = (0, 1)) ->
 
 def provenance() -> dict[str, Any]:
     """The code commit, CPU model and library versions a run was made with."""
-    import platform
     import subprocess
 
     import stable_baselines3
@@ -142,13 +142,7 @@ def provenance() -> dict[str, Any]:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
-    cpu = ""
-    try:
-        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"commit": commit or None, "cpu": cpu or platform.processor() or platform.machine(),
+    return {"commit": commit or None, "cpu": cpu_model(),
             "torch": torch.__version__, "stable_baselines3": stable_baselines3.__version__,
             "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
