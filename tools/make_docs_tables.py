@@ -372,7 +372,7 @@ def per_sample_speed(b8: dict, b64: dict) -> str:
                      "peak MiB (batch 64)", "max rel err (batch 64)"], rows) + (
         f"\n{setup['threads']} thread, median of {setup['repeats']}, torch {setup['torch']}, {setup.get('cpu', setup['machine'])}; "
         f"1-minute load average {b8['setup']['load_average_before'][0]:.2f} / {setup['load_average_before'][0]:.2f} "
-        f"before the batch 8 / 64 runs (the frontier's two training processes paused).\n")
+        f"before the batch 8 / 64 runs.\n")
 
 
 # ------------------------------------------------------------------ priors and calibrated leakage (docs/priors.md)
