@@ -106,17 +106,21 @@ RUN_LIST: tuple[Run, ...] = (
 
 
 def _resolution() -> list[Run]:
-    """TRACE's resolution beside ours (issue 17): the 84x84 victims (``ppo_84``, ``a2c_84``) at ``init`` against
-    the 64x64 ones. Closed form on the whole split (its 64x64 counterparts are the ``closed_form`` runs above);
-    inverting gradients on the first 6 episodes (one per layout: 48 frames) at both resolutions, at its quick
-    budget, because every IG frame costs seconds."""
+    """TRACE's resolution beside ours (issue 17): the 84x84 victims (``ppo_84``, ``a2c_84``) against the 64x64
+    ones. Closed form on the whole split at ``init`` and ``trained`` (its 64x64 counterparts are the
+    ``closed_form`` runs above); TRACE at its quick budget on the trained 84x84 victims, as its 64x64 headline
+    runs above; inverting gradients on the first 6 episodes (one per layout: 48 frames) at both resolutions, at
+    its quick budget, because every IG frame costs seconds."""
     ig = dict(episodes=6, params=("preset=quick",), metrics=IMAGE_METRICS,
               budget="quick: 100 Adam iterations, 1 restart, TV 0.1")
     return [
-        *(Run(f"closed_form_PointNav_{victim}_init", "resolution", "closed_form", "PointNav", victim,
-              budget="exact (no iterations)") for victim in ("ppo_84", "a2c_84")),
+        *(Run(f"closed_form_PointNav_{victim}_{ck}", "resolution", "closed_form", "PointNav", victim, ck,
+              budget="exact (no iterations)") for ck in ("init", "trained") for victim in ("ppo_84", "a2c_84")),
         *(Run(f"ig6_PointNav_{victim}_init", "resolution", "inverting_gradients", "PointNav", victim, **ig)
           for victim in ("ppo", "ppo_84")),
+        *(Run(f"trace_PointNav_{victim}_trained", "resolution", "trace", "PointNav", victim, "trained",
+              params=("preset=quick",), metrics=("action", "rgb", "rgb_ssim@gauss11"),
+              budget="quick preset, trace-windows protocol") for victim in ("ppo_84", "a2c_84")),
     ]
 
 

@@ -2,7 +2,9 @@
 defense"): one committed command per cell, trimmed to docs/data/trace_adaptive.json.
 
 Each cell is one ``gradleak-bench evaluate trace`` on PointNav/ppo (trained checkpoint), held-out episodes,
-at a small stated budget (``BUDGET``: the quick model on 2 auxiliary episodes per train layout, 6 epochs).
+at a stated budget (``BUDGETS``): ``small`` (the quick model on 2 auxiliary episodes per train layout, 6
+epochs; docs/data/trace_adaptive.json) or ``quick`` (the whole quick preset, the budget of the headline TRACE
+run, where its images leak beyond the best prior; docs/data/trace_adaptive_quick.json).
 The non-adaptive attacker is trained once on exact gradients and scored behind every defense; the adaptive
 one (``-A adaptive=true``) is trained per defense on auxiliary gradients released through that defense with
 its own random draws. Resumable: a cell already in the JSON is skipped (``--force`` reruns), trained
@@ -10,7 +12,8 @@ attackers are cached, an interrupted ``evaluate`` resumes in its run folder, and
 every cell with the command, wall time (of this invocation: a resumed cell's covers the resume only; the
 attacker's training time is ``fit_seconds``), thread count and load average.
 
-Run: python benchmarks/trace_adaptive.py [--episodes 8] [--only topk quantize] [--threads 1]
+Run: python benchmarks/trace_adaptive.py [--budget small|quick] [--episodes 8] [--only topk quantize]
+     [--plain-only topk quantize] [--threads 1]
 """
 from __future__ import annotations
 
@@ -27,8 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from headline_leakage import finite  # noqa: E402  one rule for strict JSON in the committed result sets
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "docs" / "data" / "trace_adaptive.json"
-BUDGET = ("-A", "preset=quick", "-A", "episodes_per_layout=2", "-A", "epochs=6", "-A", "progress=false")
+BUDGETS: dict[str, tuple[str, ...]] = {
+    "small": ("-A", "preset=quick", "-A", "episodes_per_layout=2", "-A", "epochs=6", "-A", "progress=false"),
+    "quick": ("-A", "preset=quick", "-A", "progress=false"),
+}
+OUTS = {"small": ROOT / "docs" / "data" / "trace_adaptive.json",
+        "quick": ROOT / "docs" / "data" / "trace_adaptive_quick.json"}
 # one setting per defense family of the TRACE paper's grid, plus the correlated noise of our suite
 DEFENSES: dict[str, tuple[str, ...]] = {
     "none": ("--defense", "none"),
@@ -50,11 +57,11 @@ PAPER_CLAIMS = {
 METRIC_KEYS = ("mean", "ci_low", "ci_high", "n", "control", "leakage", "best_prior", "prior_leakage")
 
 
-def command(defense: str, adaptive: bool, episodes: int, threads: int) -> list[str]:
-    name = f"{defense}-{'adaptive' if adaptive else 'plain'}"
+def command(defense: str, adaptive: bool, episodes: int, threads: int, budget: str) -> list[str]:
+    name = f"{budget}/{defense}-{'adaptive' if adaptive else 'plain'}"
     return ["gradleak-bench", "--threads", str(threads), "evaluate", "trace", "--task", "PointNav", "--victim", "ppo",
             "--checkpoint", "trained", "--episodes", str(episodes), "-M", "action", "-M", "rgb", "--wandb",
-            "disabled", *DEFENSES[defense], *BUDGET, "-A", f"adaptive={str(adaptive).lower()}",
+            "disabled", *DEFENSES[defense], *BUDGETS[budget], "-A", f"adaptive={str(adaptive).lower()}",
             "--out", f"runs/trace_adaptive/{name}"]
 
 
@@ -72,23 +79,28 @@ def trim(results: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", choices=list(BUDGETS), default="small")
     parser.add_argument("--episodes", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--only", nargs="*", choices=list(DEFENSES))
     parser.add_argument("--force", action="store_true")
+    parser.add_argument("--plain-only", nargs="*", default=[], choices=list(DEFENSES),
+                        help="defenses scored with the non-adaptive attacker only (each adaptive cell is a fit of "
+                             "its own: a defended collection and a training)")
     args = parser.parse_args()
-    data = json.loads(OUT.read_text()) if OUT.is_file() else {"cells": {}}
-    data.update(budget=" ".join(BUDGET), victim="PointNav/ppo trained", episodes=args.episodes,
+    out_json = OUTS[args.budget]
+    data = json.loads(out_json.read_text()) if out_json.is_file() else {"cells": {}}
+    data.update(budget=" ".join(BUDGETS[args.budget]), victim="PointNav/ppo trained", episodes=args.episodes,
                 defenses=list(DEFENSES), defense_args={k: list(v[1:]) for k, v in DEFENSES.items()},
                 paper_claims=PAPER_CLAIMS)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     for defense in args.only or list(DEFENSES):
-        for adaptive in ((False,) if defense == "none" else (False, True)):
+        for adaptive in ((False,) if defense == "none" or defense in args.plain_only else (False, True)):
             key = f"{defense}/{'adaptive' if adaptive else 'non-adaptive'}"
             if key in data["cells"] and not args.force:
                 print(f"{key}: done, skipped", file=sys.stderr)
                 continue
-            cmd = command(defense, adaptive, args.episodes, args.threads)
+            cmd = command(defense, adaptive, args.episodes, args.threads, args.budget)
             out = ROOT / cmd[cmd.index("--out") + 1]
             print(f"{key}: {shlex.join(cmd)}", file=sys.stderr, flush=True)
             load_before, start = os.getloadavg()[0], time.time()
@@ -100,10 +112,10 @@ def main() -> None:
             cell = trim(json.loads((out / "results.json").read_text()))
             cell.update(defense=defense, adaptive=adaptive, command=shlex.join(cmd), wall_seconds=round(wall, 1),
                         threads=args.threads, load_average=[round(load_before, 2), round(os.getloadavg()[0], 2)])
-            if OUT.is_file():  # keep cells another invocation wrote meanwhile
-                data["cells"] = {**json.loads(OUT.read_text())["cells"], **data["cells"]}
+            if out_json.is_file():  # keep cells another invocation wrote meanwhile
+                data["cells"] = {**json.loads(out_json.read_text())["cells"], **data["cells"]}
             data["cells"][key] = cell
-            OUT.write_text(json.dumps(finite(data), indent=1, sort_keys=True, allow_nan=False) + "\n")
+            out_json.write_text(json.dumps(finite(data), indent=1, sort_keys=True, allow_nan=False) + "\n")
             print(f"{key}: {wall:.0f} s", file=sys.stderr, flush=True)
 
 
