@@ -102,6 +102,10 @@ RUN_LIST: tuple[Run, ...] = (
     Run("trace_PointNav_a2c_trained", "trace", "trace", "PointNav", "a2c", "trained",
         params=("preset=quick",), metrics=("action", "rgb", "rgb_ssim@gauss11"),
         budget="quick preset, trace-windows protocol"),
+    # the learned full-gradient encoder beside the analytic one, at the same budget (issue 17 item 3)
+    Run("trace_learned_PointNav_ppo_trained", "trace", "trace", "PointNav", "ppo", "trained",
+        params=("preset=quick", "encoder=learned"), metrics=("action", "rgb", "rgb_ssim@gauss11"),
+        budget="quick preset, learned encoder, trace-windows protocol"),
 )
 
 

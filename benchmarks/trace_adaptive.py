@@ -40,6 +40,7 @@ OUTS = {"small": ROOT / "docs" / "data" / "trace_adaptive.json",
 DEFENSES: dict[str, tuple[str, ...]] = {
     "none": ("--defense", "none"),
     "gaussian_noise": ("--defense", "gaussian_noise", "-D", "sigma=0.01"),
+    "gaussian_noise_strong": ("--defense", "gaussian_noise", "-D", "sigma=0.1"),
     "topk": ("--defense", "topk", "-D", "keep=0.1"),
     "quantize": ("--defense", "quantize", "-D", "bits=8"),
     "dp_sgd": ("--defense", "dp_sgd", "-D", "C=1", "-D", "sigma=1.0"),
@@ -49,6 +50,7 @@ DEFENSES: dict[str, tuple[str, ...]] = {
 PAPER_CLAIMS = {
     "none": "18.8 dB PSNR on held-out scenes, near-perfect actions",
     "gaussian_noise": "strong noise degrades the attack much more (grid 1e-3 / 1e-2 / 1e-1; no number stated)",
+    "gaussian_noise_strong": "the strongest noise of the paper's grid (1e-1)",
     "topk": "top-10% sparsification leaves ~99.9% action accuracy",
     "quantize": "8-bit quantization leaves ~99.9% action accuracy",
     "dp_sgd": "DP-SGD (C=1, epsilon 10 / 5 / 1) degrades it much more (no number stated)",

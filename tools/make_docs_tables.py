@@ -671,6 +671,55 @@ def resolution_inversion(*runs: dict) -> str:
     return resolution_table(*runs, only=RESOLUTION_IG_METRICS)
 
 
+TRACE_84_RUNS = headline("trace_PointNav_ppo_84_trained", "trace_PointNav_a2c_84_trained")
+RESOLUTION_TRACE_RUNS = TRACE_RUNS + TRACE_84_RUNS
+
+
+def resolution_trace(*runs: dict) -> str:
+    return resolution_table(*runs, only=TRACE_METRICS)
+
+
+TRACE_PAPER = "docs/data/trace_paper.json"
+TRACE_ADAPTIVE_QUICK = "docs/data/trace_adaptive_quick.json"
+
+
+def trace_vs_paper(paper: dict, speed: dict, adaptive: dict, *runs: dict) -> str:
+    """Each headline claim of the TRACE paper beside our measurement of the same quantity: the undefended
+    runs per victim and resolution (quick budget, whole official trace-windows split), the per-frame time,
+    and the defended cells of the quick-budget adaptive comparison (non-adaptive and adaptive attacker)."""
+    claims, rows = paper["claims"], []
+
+    def row(claim: str, setting: str, m: dict | None, n: str) -> list[str]:
+        m = m or {}
+        best = _best(m) if m.get("best_prior") else "--"
+        return [claims[claim]["label"], claims[claim]["paper"], setting, _interval(m), best,
+                _interval(m.get("prior_leakage")) if m.get("best_prior") else "--", n]
+
+    for metric in ("rgb_psnr", "action_accuracy"):
+        for run in runs:
+            size = run.get("image_size", 64)
+            rows.append(row(metric, f"{run['victim']} {run['checkpoint']}, {size}x{size}, {run['budget']}",
+                            run["metrics"].get(metric), str(run["n_episodes"])))
+    ms = speed["inference"]["trace"]
+    rows.append([claims["ms_per_frame"]["label"], claims["ms_per_frame"]["paper"],
+                 "`trace`, window 8, one CPU thread (`benchmarks/bench_trace.py`)",
+                 f"{ms['ms_per_frame_1_threads']:.1f} ms wall, {ms['cpu_ms_per_frame_1_threads']:.1f} ms CPU",
+                 "--", "--", "--"])
+    cells = adaptive["cells"]
+    for defense, claim in (("topk", "topk"), ("quantize", "quantize"), ("gaussian_noise", "gaussian_noise"),
+                           ("gaussian_noise_strong", "gaussian_noise"), ("dp_sgd", "dp_sgd")):
+        setting = " ".join(adaptive["defense_args"].get(defense, ()))
+        for who in ("non-adaptive", "adaptive"):
+            cell = cells.get(f"{defense}/{who}")
+            if cell is None:
+                continue
+            for metric in ("action_accuracy", "rgb_psnr"):
+                rows.append(row(claim, f"`{setting}`, {who}, {metric}, ppo trained 64x64, quick",
+                                cell["metrics"].get(metric), str(cell["n_episodes"])))
+    return markdown(["claim", "the paper", "ours: setting", "ours [95% CI]", "best prior",
+                     "ours - best prior [95% CI]", "episodes"], rows)
+
+
 ALL_RUNS = (CLOSED_FORM_RUNS + INVERSION_RUNS + TRACE_RUNS + TSP_RUNS
             + tuple(r for r in RESOLUTION_CLOSED_FORM_RUNS + RESOLUTION_IG_RUNS if r not in CLOSED_FORM_RUNS))
 
@@ -844,6 +893,7 @@ TABLES: dict[str, Table] = {
     "trace_speed": Table("docs/trace.md", (TRACE_SPEED,), trace_speed),
     "trace_per_timestep": Table("docs/trace.md", (TRACE_STEPS,), trace_per_timestep),
     "trace_adaptive": Table("docs/trace.md", (TRACE_ADAPTIVE,), trace_adaptive),
+    "trace_adaptive_quick": Table("docs/trace.md", (TRACE_ADAPTIVE_QUICK,), trace_adaptive),
     "closed_form_margin": Table("docs/closed-form.md", (MARGIN,), closed_form_margin),
     "defenses_closed_form": Table("docs/defenses.md", (DEFENSES_CLOSED_FORM,), defenses_closed_form),
     "priors_scores": Table("docs/priors.md", (PRIORS_PPO_INIT,), priors_scores),

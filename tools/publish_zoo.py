@@ -14,6 +14,7 @@
 Run: python tools/publish_zoo.py [--skip-checkpoints] [--split test-full --task PointNav] [--resample]
      [--protocol trace-windows --task PointNav --victim ppo --victim a2c]
      [--task PointNav --victim ppo_84 --victim a2c_84]   (a new victim: its init checkpoint and test split)
+     [--task PointNav --victim ppo_84 --checkpoint trained]   (a newly trained victim: its trained splits only)
 """
 from __future__ import annotations
 
@@ -53,12 +54,14 @@ def publish_checkpoints(tasks: tuple[str, ...] = (), victims: tuple[str, ...] = 
 
 
 def record_splits(split: str = "test", tasks: tuple[str, ...] | None = None, resample: bool = False,
-                  protocol: str = datasets.FIRST8, victims: tuple[str, ...] | None = None) -> None:
+                  protocol: str = datasets.FIRST8, victims: tuple[str, ...] | None = None,
+                  checkpoints: tuple[str, ...] = ("init", "trained")) -> None:
     """Record the official datasets of ``split`` (``test`` or ``test-full``) and data ``protocol`` for every
     victim of ``tasks`` (default: all) named in ``victims`` (default: all): the identity in
     ``envs/splits/v0.json`` and the episode record (executed actions of the whole episode, window start, float
-    fingerprints) in ``envs/splits/v0/<key>.json``. A split already recorded replays its actions unless
-    ``resample`` (a new split: actions sampled from the policy on this machine)."""
+    fingerprints) in ``envs/splits/v0/<key>.json``, for each of ``checkpoints`` the victim has. A split already
+    recorded replays its actions unless ``resample`` (a new split: actions sampled from the policy on this
+    machine)."""
     manifest_file = Path(splits.manifest_path())
     manifest = json.loads(manifest_file.read_text())
     recorded = dict(manifest.get("datasets", {}))
@@ -68,7 +71,7 @@ def record_splits(split: str = "test", tasks: tuple[str, ...] | None = None, res
         for spec in VICTIMS.values():
             if (tasks and spec.task not in tasks) or (victims and spec.name not in victims):
                 continue
-            for checkpoint in ("init", "trained"):
+            for checkpoint in checkpoints:
                 if checkpoint == "trained" and not (packaged_dir(spec) / "trained.safetensors").is_file():
                     continue
                 config = datasets.standard_config(spec.task, spec.name, checkpoint, split, protocol=protocol)
@@ -108,12 +111,16 @@ def main() -> None:
     parser.add_argument("--protocol", default=datasets.FIRST8, choices=datasets.PROTOCOLS,
                         help="data protocol of the datasets recorded (docs/tasks.md, 'Data protocols')")
     parser.add_argument("--victim", action="append", help="only this victim (repeatable)")
+    parser.add_argument("--checkpoint", action="append", choices=("init", "trained"),
+                        help="only this checkpoint's splits (repeatable; default both): a newly trained victim's "
+                             "splits without re-recording its committed init ones")
     args = parser.parse_args()
     if not args.skip_checkpoints:
         publish_checkpoints(tuple(args.task or ()), tuple(args.victim or ()))
     splits.manifest.cache_clear()
     splits.split_record.cache_clear()
-    record_splits(args.split, tuple(args.task or ()), args.resample, args.protocol, tuple(args.victim or ()))
+    record_splits(args.split, tuple(args.task or ()), args.resample, args.protocol, tuple(args.victim or ()),
+                  tuple(args.checkpoint or ("init", "trained")))
 
 
 if __name__ == "__main__":
