@@ -597,7 +597,7 @@ def headline_inversion(*runs: dict) -> str:
     return headline_table(*runs, only=INVERSION_METRICS)
 
 
-TRACE_RUNS = headline("trace_PointNav_ppo_trained", "trace_PointNav_a2c_trained")
+TRACE_RUNS = headline("trace_PointNav_ppo_trained", "trace_PointNav_a2c_trained", "trace_learned_PointNav_ppo_trained")
 TRACE_METRICS = ("action_accuracy", "rgb_psnr", "rgb_ssim", "rgb_psnr_y", "rgb_ssim@gauss11", "rgb_ms_ssim")
 
 
@@ -672,7 +672,7 @@ def resolution_inversion(*runs: dict) -> str:
 
 
 TRACE_84_RUNS = headline("trace_PointNav_ppo_84_trained", "trace_PointNav_a2c_84_trained")
-RESOLUTION_TRACE_RUNS = TRACE_RUNS + TRACE_84_RUNS
+RESOLUTION_TRACE_RUNS = headline("trace_PointNav_ppo_trained", "trace_PointNav_a2c_trained") + TRACE_84_RUNS
 
 
 def resolution_trace(*runs: dict) -> str:
