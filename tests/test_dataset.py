@@ -94,7 +94,9 @@ def test_every_standard_split_is_the_official_one():
     for key in splits.manifest()["datasets"]:
         task, victim, checkpoint = key.split("-")[:3]
         full = f"-t{datasets.full_episode_length(task)}-" in key  # a test-full split (issue 6)
-        config = datasets.standard_config(task, victim, checkpoint, "test-full" if full else "test")
+        named = [p for p in datasets.PROTOCOLS if p != datasets.FIRST8 and f"-{p}-" in key]  # first8 is unnamed
+        protocol = named[0] if named else datasets.FIRST8
+        config = datasets.standard_config(task, victim, checkpoint, "test-full" if full else "test", protocol=protocol)
         assert config.key == key
         assert datasets.check_official(datasets.load_or_generate(config, progress=False)) is True, key
 

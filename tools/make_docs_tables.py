@@ -647,7 +647,8 @@ def headline_summary(*runs: dict) -> str:
 # TRACE's resolution beside ours (benchmarks/headline_leakage.py --group resolution): each 84x84 run after its
 # 64x64 counterpart, every victim at init
 RESOLUTION_CLOSED_FORM_RUNS = headline("closed_form_PointNav_ppo_init", "closed_form_PointNav_ppo_84_init",
-                                       "closed_form_PointNav_a2c_init", "closed_form_PointNav_a2c_84_init")
+                                       "closed_form_PointNav_a2c_init", "closed_form_PointNav_a2c_84_init",
+                                       "closed_form_PointNav_ppo_trained", "closed_form_PointNav_ppo_84_trained")
 RESOLUTION_IG_RUNS = headline("ig6_PointNav_ppo_init", "ig6_PointNav_ppo_84_init")
 RESOLUTION_IG_METRICS = ("action_accuracy", "rgb_psnr", "rgb_psnr_y", "rgb_ssim_y", "rgb_ssim@gauss11")
 
@@ -659,7 +660,8 @@ def resolution_table(*runs: dict, only: tuple[str, ...] = ("action_accuracy",)) 
     rows = []
     for run in runs:
         size = run.get("image_size", 64)
-        ms = f"{run['ms_per_frame']:.0f}" if isinstance(run.get("ms_per_frame"), (int, float)) else "--"
+        ms = run.get("ms_per_frame")
+        ms = "--" if not isinstance(ms, (int, float)) else f"{ms:.0f}" if ms >= 10 else f"{ms:.2g}"
         load = f"{run['machine_before']['load_average'][0]:.1f}"
         for row in headline_rows((run,), only):
             rows.append([f"{size}x{size}", *row[:-1], f"{row[-1]} ({run['n_frames']} frames)", ms, load])
