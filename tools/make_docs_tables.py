@@ -648,7 +648,8 @@ def headline_summary(*runs: dict) -> str:
 # 64x64 counterpart, every victim at init
 RESOLUTION_CLOSED_FORM_RUNS = headline("closed_form_PointNav_ppo_init", "closed_form_PointNav_ppo_84_init",
                                        "closed_form_PointNav_a2c_init", "closed_form_PointNav_a2c_84_init",
-                                       "closed_form_PointNav_ppo_trained", "closed_form_PointNav_ppo_84_trained")
+                                       "closed_form_PointNav_ppo_trained", "closed_form_PointNav_ppo_84_trained",
+                                       "closed_form_PointNav_a2c_trained", "closed_form_PointNav_a2c_84_trained")
 RESOLUTION_IG_RUNS = headline("ig6_PointNav_ppo_init", "ig6_PointNav_ppo_84_init")
 RESOLUTION_IG_METRICS = ("action_accuracy", "rgb_psnr", "rgb_psnr_y", "rgb_ssim_y", "rgb_ssim@gauss11")
 
