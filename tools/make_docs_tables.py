@@ -645,7 +645,7 @@ def headline_summary(*runs: dict) -> str:
 
 
 # TRACE's resolution beside ours (benchmarks/headline_leakage.py --group resolution): each 84x84 run after its
-# 64x64 counterpart, every victim at init
+# 64x64 counterpart, every victim at init, then trained
 RESOLUTION_CLOSED_FORM_RUNS = headline("closed_form_PointNav_ppo_init", "closed_form_PointNav_ppo_84_init",
                                        "closed_form_PointNav_a2c_init", "closed_form_PointNav_a2c_84_init",
                                        "closed_form_PointNav_ppo_trained", "closed_form_PointNav_ppo_84_trained",
@@ -724,7 +724,8 @@ def trace_vs_paper(paper: dict, speed: dict, adaptive: dict, *runs: dict) -> str
 
 
 ALL_RUNS = (CLOSED_FORM_RUNS + INVERSION_RUNS + TRACE_RUNS + TSP_RUNS
-            + tuple(r for r in RESOLUTION_CLOSED_FORM_RUNS + RESOLUTION_IG_RUNS if r not in CLOSED_FORM_RUNS))
+            + tuple(r for r in RESOLUTION_CLOSED_FORM_RUNS + RESOLUTION_IG_RUNS if r not in CLOSED_FORM_RUNS)
+            + TRACE_84_RUNS)
 
 
 GRID_POINTNAV = "docs/data/grid_pointnav_closed_form.json"
