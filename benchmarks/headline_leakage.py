@@ -9,7 +9,7 @@ docs tables from those files.
 Resumable: a run whose file exists with the same command is skipped; an interrupted run resumes from its
 run folder (``runs/headline/NAME``, kept for ``gradleak-bench submit``).
 
-Run: python benchmarks/headline_leakage.py [--only NAME ...] [--group closed_form|images|trace|tsp|resolution]
+Run: python benchmarks/headline_leakage.py [--only NAME ...] [--group closed_form|images|trace|tsp|resolution|seeds]
      [--threads 1] [--list]
 """
 from __future__ import annotations
@@ -130,6 +130,14 @@ def _resolution() -> list[Run]:
 
 
 RUN_LIST += tuple(_resolution())
+
+# The attacker's own seed (its model initialisation and batch order; the auxiliary collection is shared) on the
+# headline TRACE cell: seed 0 is trace_PointNav_ppo_trained above. Spread over seeds beside the CIs over episodes.
+ATTACKER_SEEDS = (1, 2)
+RUN_LIST += tuple(
+    Run(f"trace_seed{seed}_PointNav_ppo_trained", "seeds", "trace", "PointNav", "ppo", "trained",
+        params=("preset=quick", f"seed={seed}"), metrics=("action", "rgb", "rgb_ssim@gauss11"),
+        budget=f"quick preset, attacker seed {seed}, trace-windows protocol") for seed in ATTACKER_SEEDS)
 
 
 def machine() -> dict:

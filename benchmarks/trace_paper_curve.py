@@ -51,6 +51,8 @@ def main() -> None:
     # per epoch, this process's CPU seconds (the epoch's training and validation): what an epoch costs on a
     # core of its own, whatever the machine's load did to the wall time
     earlier = json.loads(OUT.read_text()) if OUT.is_file() else {}
+    if earlier.get("overrides") != overrides:  # another data cap is another run: its epochs cost otherwise
+        earlier = {}
     cpu_per_epoch: dict[str, float] = earlier.get("cpu_seconds_per_epoch", {})
     while True:
         attack = tr.TRACE(preset="paper", progress=False, stop_after=1, **overrides)

@@ -683,6 +683,54 @@ def resolution_trace(*runs: dict) -> str:
     return resolution_table(*runs, only=TRACE_METRICS)
 
 
+# the headline TRACE cell trained with three attacker seeds (benchmarks/headline_leakage.py --group seeds)
+TRACE_SEED_RUNS = headline("trace_PointNav_ppo_trained", "trace_seed1_PointNav_ppo_trained",
+                           "trace_seed2_PointNav_ppo_trained")
+SEED_METRICS = ("action_accuracy", "rgb_psnr", "rgb_ssim@gauss11")
+
+
+def trace_attacker_seeds(*runs: dict) -> str:
+    """Per attacker seed: each metric and its leakage over the best prior (CIs over episodes); then, per
+    metric, the spread of the seeds' means, which the CIs over episodes do not contain."""
+    rows, spread = [], {metric: [] for metric in SEED_METRICS}
+    for run in runs:
+        seed = int(run["attack_params"].get("seed", 0))
+        fit = run.get("fit_seconds")
+        cells = []
+        for metric in SEED_METRICS:
+            m = run["metrics"][metric]
+            leak = oriented(m, "prior_leakage")
+            spread[metric].append((m["mean"], leak[0]))
+            cells += [_interval(m), f"{leak[0]:+.3g} [{leak[1]:+.3g}, {leak[2]:+.3g}]"]
+        rows.append([str(seed), *cells, f"{fit / 60:.0f}" if isinstance(fit, (int, float)) else "--",
+                     str(run["n_episodes"])])
+    summary = ["mean (min-max) over seeds"]
+    for metric in SEED_METRICS:
+        values, leaks = zip(*spread[metric])
+        summary += [f"{sum(values) / len(values):.3g} ({min(values):.3g}-{max(values):.3g})",
+                    f"{sum(leaks) / len(leaks):+.3g} ({min(leaks):+.3g} to {max(leaks):+.3g})"]
+    rows.append([*summary, "--", "--"])
+    header = ["attacker seed"]
+    for metric in SEED_METRICS:
+        header += [f"`{metric}` [95% CI]", "vs best prior [95% CI]"]
+    return markdown(header + ["fit min", "episodes"], rows)
+
+
+VICTIM_BEHAVIOUR = "docs/data/victim_behaviour.json"
+
+
+def victim_behaviour(data: dict) -> str:
+    """Per PointNav victim and checkpoint: success on these val episodes, the policy's mean entropy and mean
+    probability of each action at the states it visits (benchmarks/victim_behaviour.py)."""
+    names = list(data["rows"][0]["mean_probability"])
+    rows = [[f"`{r['victim']}`", r["checkpoint"], f"{r['image_size']}x{r['image_size']}",
+             f"{r['success_rate']:.1%} ({r['episodes']})", f"{r['mean_entropy']:.3f}",
+             *(f"{r['mean_probability'][a]:.3f}" for a in names)] for r in data["rows"]]
+    return markdown(["victim", "checkpoint", "camera", "val success (episodes)",
+                     f"mean entropy (uniform {data['rows'][0]['uniform_entropy']:.3f})",
+                     *(f"P({a})" for a in names)], rows)
+
+
 TRACE_PAPER = "docs/data/trace_paper.json"
 TRACE_ADAPTIVE_QUICK = "docs/data/trace_adaptive_quick.json"
 
@@ -909,6 +957,7 @@ TABLES: dict[str, Table] = {
     "calibrated_qgi": Table("docs/priors.md", CALIBRATED_QGI, calibrated_runs),
     "split_identity_margins": Table("docs/tasks.md", (SPLIT_MARGINS,), split_identity_margins),
     "split_identity_margins_84": Table("docs/tasks.md", (SPLIT_MARGINS_84,), split_identity_margins),
+    "victim_behaviour": Table("docs/tasks.md", (VICTIM_BEHAVIOUR,), victim_behaviour),
     "headline_closed_form": Table("docs/closed-form.md", CLOSED_FORM_RUNS, headline_closed_form),
     "headline_tsp": Table("docs/tsp.md", TSP_RUNS, headline_tsp),
     "defenses_grid_ap": Table("docs/defenses.md", (GRID_AP,), defenses_grid_ap),
