@@ -970,7 +970,6 @@ TABLES: dict[str, Table] = {
     "defended_training_cost": Table("docs/defenses.md", (DEFENDED_TRAINING,), defended_training_cost),
     "resolution_closed_form": Table("docs/trace.md", RESOLUTION_CLOSED_FORM_RUNS, resolution_table),
     "resolution_trace": Table("docs/trace.md", RESOLUTION_TRACE_RUNS, resolution_trace),
-    "trace_attacker_seeds": Table("docs/trace.md", TRACE_SEED_RUNS, trace_attacker_seeds),
     "trace_vs_paper": Table("docs/trace.md", (TRACE_PAPER, TRACE_SPEED, TRACE_ADAPTIVE_QUICK,
                                               *TRACE_ANALYTIC_RUNS, *TRACE_84_RUNS), trace_vs_paper),
     "resolution_inversion": Table("docs/inversion-attacks.md", RESOLUTION_IG_RUNS, resolution_inversion),
