@@ -132,12 +132,14 @@ def _resolution() -> list[Run]:
 RUN_LIST += tuple(_resolution())
 
 # The attacker's own seed (its model initialisation and batch order; the auxiliary collection is shared) on the
-# headline TRACE cell: seed 0 is trace_PointNav_ppo_trained above. Spread over seeds beside the CIs over episodes.
-ATTACKER_SEEDS = (1, 2)
+# headline TRACE cells: seed 0 is trace_PointNav_ppo_trained / _ppo_84_trained above. The spread over seeds
+# beside the CIs over episodes.
+ATTACKER_SEEDS = {"ppo": (1, 2, 3, 4), "ppo_84": (1, 2)}
 RUN_LIST += tuple(
-    Run(f"trace_seed{seed}_PointNav_ppo_trained", "seeds", "trace", "PointNav", "ppo", "trained",
+    Run(f"trace_seed{seed}_PointNav_{victim}_trained", "seeds", "trace", "PointNav", victim, "trained",
         params=("preset=quick", f"seed={seed}"), metrics=("action", "rgb", "rgb_ssim@gauss11"),
-        budget=f"quick preset, attacker seed {seed}, trace-windows protocol") for seed in ATTACKER_SEEDS)
+        budget=f"quick preset, attacker seed {seed}, trace-windows protocol")
+    for victim, seeds in ATTACKER_SEEDS.items() for seed in seeds)
 
 
 def machine() -> dict:

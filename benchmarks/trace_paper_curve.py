@@ -11,6 +11,7 @@ seconds, sequences/s) is copied to docs/data/trace_paper_curve.json with the thr
 and an *extrapolation* of the full budget's training time from the measured sequences/s (stated as such).
 
 Run: OMP_NUM_THREADS=1 python benchmarks/trace_paper_curve.py [--max-episodes 96] [--minutes 30]
+     python benchmarks/trace_paper_curve.py --render   # docs/img/trace_paper_curve.png from the committed curves
 """
 from __future__ import annotations
 
@@ -33,7 +34,43 @@ from gradleak_bench.victims.policies import env_spaces
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "data" / "trace_paper_curve.json"
+PLOT = ROOT / "docs" / "img" / "trace_paper_curve.png"
 TRAIN_LAYOUTS = 96  # PointNav's train layouts (docs/tasks.md)
+# the quick fits beside it, same victim (their curve.json, committed): analytic and learned encoder
+QUICK_CURVES = {"quick, analytic encoder": ROOT / "docs" / "data" / "trace_quick_curve_ppo.json",
+                "quick, learned encoder": ROOT / "docs" / "data" / "trace_learned_encoder_curve.json"}
+
+
+def render() -> None:
+    """Per epoch: validation PSNR (autoregressive), training MSE and validation action accuracy of the
+    paper-preset run beside the two quick fits."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paper = json.loads(OUT.read_text())["curve"]
+    curves = {f"paper preset (108M parameters, {paper['train_sequences']} sequences)": paper}
+    for label, path in QUICK_CURVES.items():
+        curve = json.loads(path.read_text())
+        curves[f"{label} ({curve['train_sequences']} sequences)"] = curve
+    panels = [("val_psnr_autoregressive", "val RGB PSNR, autoregressive (dB)"), ("mse", "train MSE"),
+              ("val_action_accuracy", "val action accuracy")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.8))
+    for ax, (key, label) in zip(axes, panels):
+        for name, curve in curves.items():
+            history = curve["history"]
+            ax.plot([h["epoch"] for h in history], [h[key] for h in history], marker=".", label=name)
+        ax.set_xlabel("epoch")
+        ax.set_title(label, fontsize=10)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"TRACE on PointNav/ppo (trained): the paper preset's first {paper['epochs_done']} of "
+                 f"{paper['epochs_planned']} epochs beside the quick fits (val: {paper['val_sequences']} vs "
+                 "12 sequences)", fontsize=10)
+    fig.tight_layout()
+    PLOT.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(PLOT, dpi=110)
+    print("wrote", PLOT.relative_to(ROOT))
 
 
 def main() -> None:
@@ -41,7 +78,11 @@ def main() -> None:
     parser.add_argument("--max-episodes", type=int, default=96)
     parser.add_argument("--val-episodes", type=int, default=4)
     parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--render", action="store_true", help="only redraw docs/img/trace_paper_curve.png")
     args = parser.parse_args()
+    if args.render:
+        render()
+        return
     threads = torch.get_num_threads()
     victim = load_victim("PointNav", "ppo", "trained")
     gradients = EpisodeGradients(victim.policy, victim.spec.loss, env_spaces("PointNav", victim.spec.image_size)[0])
