@@ -708,7 +708,7 @@ def trace_attacker_seeds(*runs: dict) -> str:
     summary = ["mean (min-max) over seeds"]
     for metric in SEED_METRICS:
         values, leaks = zip(*spread[metric])
-        summary += [f"{sum(values) / len(values):.3g} ({min(values):.3g}-{max(values):.3g})",
+        summary += [f"{sum(values) / len(values):.4g} ({min(values):.4g}-{max(values):.4g})",
                     f"{sum(leaks) / len(leaks):+.3g} ({min(leaks):+.3g} to {max(leaks):+.3g})"]
     rows.append([*summary, "--", "--"])
     header = ["attacker seed"]
@@ -987,6 +987,7 @@ TABLES: dict[str, Table] = {
     "defended_training_cost": Table("docs/defenses.md", (DEFENDED_TRAINING,), defended_training_cost),
     "resolution_closed_form": Table("docs/trace.md", RESOLUTION_CLOSED_FORM_RUNS, resolution_table),
     "resolution_trace": Table("docs/trace.md", RESOLUTION_TRACE_RUNS, resolution_trace),
+    "trace_attacker_seeds": Table("docs/trace.md", TRACE_SEED_RUNS, trace_attacker_seeds),
     "trace_paper_curve": Table("docs/trace.md", (TRACE_PAPER_CURVE,), trace_paper_curve),
     "trace_vs_paper": Table("docs/trace.md", (TRACE_PAPER, TRACE_SPEED, TRACE_ADAPTIVE_QUICK,
                                               *TRACE_ANALYTIC_RUNS, *TRACE_84_RUNS), trace_vs_paper),
