@@ -206,6 +206,35 @@ def budget_costs(*runs: dict) -> str:
                      "wall min, all (paper + quick)", "CPU min, all", "load average (1 min)", "threads"], rows)
 
 
+BUDGET_FRAMES = tuple(f"docs/data/budget_curves/{name}.json" for name in ("qgi", "rgi")
+                      if (ROOT / f"docs/data/budget_curves/{name}.json").is_file())
+SOLVED_DEPTH_DB = 60.0  # a depth PSNR this high means stage 1 recovered the linear part (depth enters it verbatim)
+
+
+def budget_frames(*runs: dict) -> str:
+    """Per frame at the paper budget: RGB and depth at the end of the run, beside the `quick` run on the same
+    frame and the best prior (the run's, per frame); whether stage 1 solved the first layer."""
+    rows = []
+    for run in runs:
+        # each metric's best prior at the paper budget (the last checkpoint with an iteration count)
+        best = {metric: [p for p in run["summary"][metric]["curve"] if p["iterations"] is not None][-1]["best_prior"]
+                for metric in ("rgb_psnr", "depth_psnr")}
+        for f in run["frames"]:
+            final, quick = f["final"], f["quick"]
+            rgb_prior, depth_prior = f["priors"][best["rgb_psnr"]]["rgb_psnr"], f["priors"][best["depth_psnr"]]["depth_psnr"]
+            rows.append([f"`{run['config']['attack']}`", f["frame"], number(final["rgb_psnr"], 1),
+                         f"{final['rgb_psnr'] - rgb_prior:+.1f}", number(quick["rgb_psnr"], 1),
+                         number(final["depth_psnr"], 1), number(depth_prior, 1),
+                         "yes" if final["depth_psnr"] >= SOLVED_DEPTH_DB else "no"])
+        solved = sum(1 for f in run["frames"] if f["final"]["depth_psnr"] >= SOLVED_DEPTH_DB)
+        rows.append([f"`{run['config']['attack']}`", f"**{solved} of {len(run['frames'])} solved**",
+                     f"best prior: {best['rgb_psnr'].removeprefix('prior:')}", "", "",
+                     "", f"best prior: {best['depth_psnr'].removeprefix('prior:')}", ""])
+    return markdown(["attack", "frame (episode@step)", "RGB PSNR, paper budget", "- best prior (same frame)",
+                     "RGB PSNR, quick run", "depth PSNR, paper budget", "depth PSNR, best prior",
+                     f"stage 1 solved (depth >= {SOLVED_DEPTH_DB:.0f} dB)"], rows)
+
+
 IG_REFERENCE = "benchmarks/results/ig_reference.json"
 
 
@@ -963,6 +992,7 @@ TABLES: dict[str, Table] = {
     "inversion_speed": Table("docs/inversion-attacks.md", (INVERSION_SPEED,), inversion_speed),
     "budget_curves": Table("docs/inversion-attacks.md", BUDGET_CURVES, budget_curves),
     "budget_costs": Table("docs/inversion-attacks.md", BUDGET_CURVES, budget_costs),
+    "budget_frames": Table("docs/inversion-attacks.md", BUDGET_FRAMES, budget_frames),
     "ig_reference": Table("docs/inversion-attacks.md", (IG_REFERENCE,), ig_reference),
     "ig_reference_loss": Table("docs/inversion-attacks.md", (IG_REFERENCE,), ig_reference_loss),
     "tsp_results": Table("docs/tsp.md", (TSP,), tsp_results),
