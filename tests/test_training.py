@@ -68,3 +68,62 @@ def test_fine_tuning_starts_from_the_trained_checkpoint_and_keys_its_own_cache()
     assert any(not torch.equal(init[n], trained[n]) for n in trained)
     with pytest.raises(GradleakError, match="init or trained"):
         with_budget(spec, start="best")
+
+
+def _small_sac():
+    """The zoo's SAC with a small buffer and an early start, so a few hundred steps take gradient steps."""
+    import dataclasses
+
+    spec = get_victim("PointNavContinuous", "sac")
+    hyper = {**spec.train.hyperparams, "buffer_size": 2_000, "learning_starts": 100}
+    return dataclasses.replace(spec, train=dataclasses.replace(spec.train, total_timesteps=300, hyperparams=hyper))
+
+
+def test_sac_progress_holds_both_optimisers_and_the_replay_buffer(tmp_path):
+    """A resumed SAC run continues with the actor's and the critic's Adam state and the experience it had:
+    what is saved is what a fresh model loads, array for array."""
+    import numpy as np
+    import torch
+
+    from gradleak_bench.victims.training import (_load_optimizer, _load_replay, _make_model, _optimizer_path,
+                                                 _optimizers, _save_optimizer, _save_replay)
+
+    spec = _small_sac()
+    model = _make_model(spec)
+    model.learn(300)
+    assert set(_optimizers(model)) == {"actor", "critic"}  # a fixed temperature has no optimiser
+    for name, optimizer in _optimizers(model).items():
+        _save_optimizer(optimizer, _optimizer_path(tmp_path, name))
+    _save_replay(model, tmp_path / "replay.safetensors")
+
+    fresh = _make_model(spec)
+    for name, optimizer in _optimizers(fresh).items():
+        _load_optimizer(optimizer, _optimizer_path(tmp_path, name))
+        saved = _optimizers(model)[name].state_dict()["state"]
+        loaded = optimizer.state_dict()["state"]
+        assert saved.keys() == loaded.keys() and saved
+        for idx in saved:
+            assert torch.equal(saved[idx]["exp_avg"], loaded[idx]["exp_avg"])
+    _load_replay(fresh, tmp_path / "replay.safetensors")
+    old, new = model.replay_buffer, fresh.replay_buffer
+    assert (new.pos, new.full) == (old.pos, old.full) == (300, False)
+    for field in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
+        assert np.array_equal(getattr(new, field)[:300], getattr(old, field)[:300]), field
+    assert old.actions[:300].any()  # real experience, not the zero-filled allocation
+
+
+def test_sac_trains_resumably_into_a_loadable_checkpoint():
+    from gradleak_bench.victims.training import train_spec
+
+    spec = _small_sac()
+    report = train_spec(spec, eval_episodes=1, progress=False)
+    assert report["timesteps"] == 300 and 0.0 <= report["val"]["success_rate"] <= 1.0
+    directory = cached_dir(spec)
+    assert {p.name for p in directory.iterdir()} >= {"trained.safetensors", "replay.safetensors",
+                                                     "optimizer-actor.safetensors", "optimizer-critic.safetensors"}
+    progress = json.loads((directory / "progress.json").read_text())
+    assert progress["counters"]["_n_updates"] > 0  # it took gradient steps, and a resume counts on from them
+    # an interrupted run resumes from its progress files and trains the rest only
+    (directory / "progress.json").write_text(json.dumps({**progress, "timesteps": 200}))
+    (directory / "trained.safetensors").unlink()
+    assert train_spec(spec, eval_episodes=1, progress=False)["timesteps"] == 300

@@ -1,6 +1,8 @@
 """Training a victim's ``trained`` checkpoint: SB3 on the train layouts, from the ``init`` weights, with the
 spec's fixed budget and seed. Resumable (progress saved every chunk as safetensors + JSON, keyed by the
-spec's config hash) and reported with the val success rate beside a random policy's."""
+spec's config hash: the policy, every optimiser the algorithm steps -- SAC's actor and critic, and its
+temperature's when learned -- the replay buffer of an off-policy algorithm, and the update counters) and
+reported with the val success rate beside a random policy's."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,6 +13,7 @@ from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
+import safetensors.numpy
 import safetensors.torch
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
@@ -44,6 +47,62 @@ def _load_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:
     optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
+def _optimizers(model: Any) -> dict[str, torch.optim.Optimizer]:
+    """Every optimiser one update of ``model`` steps: the policy's, or SAC's actor and critic and, when its
+    temperature is learned, the temperature's."""
+    if hasattr(model, "actor") and hasattr(model, "critic"):
+        found = {"actor": model.actor.optimizer, "critic": model.critic.optimizer}
+        if getattr(model, "ent_coef_optimizer", None) is not None:
+            found["ent_coef"] = model.ent_coef_optimizer
+        return found
+    return {"policy": model.policy.optimizer}
+
+
+def _optimizer_path(directory: Path, name: str) -> Path:
+    # the policy's optimiser keeps the file name progress directories written before SAC training used
+    return directory / ("optimizer.safetensors" if name == "policy" else f"optimizer-{name}.safetensors")
+
+
+# the replay buffer's arrays (SB3's ReplayBuffer / DictReplayBuffer); next_observations is None when SB3
+# optimises memory
+REPLAY_FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+
+
+def _save_replay(model: Any, path: Path) -> None:
+    """The filled part of an off-policy model's replay buffer, with its write position, as one safetensors
+    file (written to a temporary name and moved: a crash leaves the previous file); SAC's learned
+    temperature goes with it."""
+    buffer = model.replay_buffer
+    size = buffer.buffer_size if buffer.full else buffer.pos
+    arrays: dict[str, np.ndarray] = {}
+    for field in REPLAY_FIELDS:
+        value = getattr(buffer, field, None)
+        items = value.items() if isinstance(value, dict) else [("", value)] if value is not None else []
+        for key, array in items:
+            arrays[f"{field}/{key}" if key else field] = np.ascontiguousarray(array[:size])
+    if getattr(model, "ent_coef_optimizer", None) is not None:
+        arrays["log_ent_coef"] = model.log_ent_coef.detach().cpu().numpy()
+    tmp = path.with_name(f".{path.name}.tmp")
+    safetensors.numpy.save_file(arrays, str(tmp), metadata={"pos": str(buffer.pos), "full": str(buffer.full)})
+    tmp.replace(path)
+
+
+def _load_replay(model: Any, path: Path) -> None:
+    buffer = model.replay_buffer
+    with safetensors.safe_open(str(path), "np") as f:
+        meta = f.metadata()
+        for name in f.keys():
+            if name == "log_ent_coef":
+                with torch.no_grad():
+                    model.log_ent_coef.copy_(torch.as_tensor(f.get_tensor(name)))
+                continue
+            field, _, key = name.partition("/")
+            target = getattr(buffer, field)
+            value = f.get_tensor(name)
+            (target[key] if key else target)[: len(value)] = value
+    buffer.pos, buffer.full = int(meta["pos"]), meta["full"] == "True"
+
+
 class TrainingHooks(Protocol):
     """What a caller may attach to a resumable training run (the defended training of
     :mod:`gradleak_bench.victims.defended` is one): callbacks, and a JSON state saved with each progress
@@ -57,8 +116,9 @@ class TrainingHooks(Protocol):
 
 
 class _ProgressSaver(BaseCallback):
-    """Saves the policy, optimiser state, step count and the hooks' state every CHUNK_STEPS steps
-    (atomically: the JSON that declares the progress is written last)."""
+    """Saves the policy, every optimiser's state, the replay buffer (off-policy algorithms), the step count,
+    the update counters and the hooks' state every CHUNK_STEPS steps (the JSON that declares the progress is
+    written last, atomically)."""
 
     def __init__(self, directory: Path, bar: Any, seconds: float, hooks: TrainingHooks | None):
         super().__init__()
@@ -76,8 +136,14 @@ class _ProgressSaver(BaseCallback):
         self.seconds += now - self._start
         self._start, self._saved_at = now, self.model.num_timesteps
         safetensors.torch.save_model(self.model.policy, str(self.directory / "progress.safetensors"))
-        _save_optimizer(self.model.policy.optimizer, self.directory / "optimizer.safetensors")
-        state = {"timesteps": int(self.model.num_timesteps), "seconds": self.seconds}
+        for name, optimizer in _optimizers(self.model).items():
+            _save_optimizer(optimizer, _optimizer_path(self.directory, name))
+        if getattr(self.model, "replay_buffer", None) is not None:
+            _save_replay(self.model, self.directory / "replay.safetensors")
+        state = {"timesteps": int(self.model.num_timesteps), "seconds": self.seconds,
+                 # the counters SB3 schedules target-network updates by
+                 "counters": {k: int(getattr(self.model, k)) for k in ("_n_updates", "_n_calls")
+                              if hasattr(self.model, k)}}
         if self.hooks is not None:
             state["hooks"] = self.hooks.state()
         atomic_write_bytes(self.directory / "progress.json", json.dumps(state).encode())
@@ -149,7 +215,13 @@ def train_resumable(spec: VictimSpec, directory: Path, desc: str, hooks: Trainin
     if progress_file.is_file():
         state = json.loads(progress_file.read_text())
         safetensors.torch.load_model(model.policy, str(directory / "progress.safetensors"))
-        _load_optimizer(model.policy.optimizer, directory / "optimizer.safetensors")
+        for name, optimizer in _optimizers(model).items():
+            _load_optimizer(optimizer, _optimizer_path(directory, name))
+        replay = directory / "replay.safetensors"
+        if getattr(model, "replay_buffer", None) is not None and replay.is_file():
+            _load_replay(model, replay)  # progress written before replay buffers were saved resumes empty
+        for key, value in state.get("counters", {}).items():
+            setattr(model, key, int(value))
         done, seconds = int(state["timesteps"]), float(state["seconds"])
         if hooks is not None and "hooks" in state:
             hooks.load_state(state["hooks"])
@@ -175,10 +247,6 @@ def train(task: str, victim: str | None = None, budget: int | None = None, eval_
 
 def train_spec(spec: VictimSpec, eval_episodes: int = 24, progress: bool = True, desc: str | None = None) -> dict[str, Any]:
     """Train (or resume) ``spec`` into the cache's ``trained`` checkpoint; report val success beside random."""
-    if spec.algo == "sac":
-        raise GradleakError(
-            f"{spec.key} has no resumable training yet: SB3's SAC keeps two optimisers and a replay buffer that "
-            "the progress files do not hold. Only its init checkpoint exists (docs/continuous-actions.md).")
     directory = cached_dir(spec)
     model, done, seconds = train_resumable(spec, directory, desc or f"train {spec.key}", progress=progress)
     report = {
