@@ -337,13 +337,10 @@ def test_the_discrete_actor_refuses_a_continuous_victim_with_one_message() -> No
         PolicyActor(load_victim("PointNavContinuous", "sac", "init").policy, "sac")
 
 
-def test_sac_training_is_refused_with_one_message_and_random_actions_fit_the_box() -> None:
-    from gradleak_bench.errors import GradleakError
+def test_random_actions_fit_the_box() -> None:
+    """(SAC training itself is tested in tests/test_training.py.)"""
     from gradleak_bench.victims.continuous_rollout import random_action
-    from gradleak_bench.victims.training import train
 
-    with pytest.raises(GradleakError, match="no resumable training"):
-        train("PointNavContinuous", "sac", budget=8, progress=False)
     box = spaces.Box(-1.0, 1.0, (2,), np.float32)
     draws = np.stack([random_action(box, np.random.default_rng(i)) for i in range(50)])
     assert draws.dtype == np.float32 and box.contains(draws[0]) and np.abs(draws).max() <= 1.0
