@@ -1024,6 +1024,7 @@ TABLES: dict[str, Table] = {
     "resolution_closed_form": Table("docs/trace.md", RESOLUTION_CLOSED_FORM_RUNS, resolution_table),
     "resolution_trace": Table("docs/trace.md", RESOLUTION_TRACE_RUNS, resolution_trace),
     "trace_attacker_seeds": Table("docs/trace.md", TRACE_SEED_RUNS, trace_attacker_seeds),
+    "trace_attacker_seeds_84": Table("docs/trace.md", TRACE_SEED_RUNS_84, trace_attacker_seeds),
     "trace_paper_curve": Table("docs/trace.md", (TRACE_PAPER_CURVE,), trace_paper_curve),
     "trace_vs_paper": Table("docs/trace.md", (TRACE_PAPER, TRACE_SPEED, TRACE_ADAPTIVE_QUICK,
                                               *TRACE_ANALYTIC_RUNS, *TRACE_84_RUNS), trace_vs_paper),
