@@ -743,9 +743,10 @@ def trace_attacker_seeds(*runs: dict) -> str:
     header = ["attacker seed"]
     for metric in SEED_METRICS:
         header += [f"`{metric}` [95% CI]", "vs best prior [95% CI]"]
-    # per held-out window, how far apart the seeds' RGB PSNRs are (the same windows in every run)
-    per_window = [[e["values"]["rgb_psnr"][0] for e in run["episodes"]] for run in runs]
-    ranges = sorted(max(col) - min(col) for col in zip(*per_window))
+    # per held-out window, how far apart the seeds' RGB PSNRs are (matched by episode id: the same split)
+    per_window = [{e["episode_id"]: e["values"]["rgb_psnr"][0] for e in run["episodes"]} for run in runs]
+    shared = set.intersection(*(set(w) for w in per_window))
+    ranges = sorted(max(w[i] for w in per_window) - min(w[i] for w in per_window) for i in shared)
     median = (ranges[(len(ranges) - 1) // 2] + ranges[len(ranges) // 2]) / 2
     return markdown(header + ["fit min", "episodes"], rows) + (
         f"\nPer window, the range of `rgb_psnr` over the {len(runs)} seeds: {median:.2f} dB at the median "
