@@ -26,6 +26,7 @@ import torch
 import gradleak_bench  # noqa: F401  (registers the envs)
 from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.checkpoint import load_victim
+from gradleak_bench.victims.policies import draw_action
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "data" / "victim_behaviour.json"
@@ -49,8 +50,7 @@ def behaviour(victim_name: str, checkpoint: str, episodes: int) -> dict:
                 p = dist.probs[0].double().numpy()
                 probs.append(p)
                 entropies.append(float(dist.entropy()[0]))
-                action = int(min(np.searchsorted(np.cumsum(p / p.sum()), rng.random(), side="right"), len(p) - 1))
-                obs, _, terminated, truncated, info = env.step(action)
+                obs, _, terminated, truncated, info = env.step(draw_action(p, rng))
                 done, steps = terminated or truncated, steps + 1
             successes.append(bool(info.get("success", False)))
             lengths.append(steps)

@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -746,11 +747,10 @@ def trace_attacker_seeds(*runs: dict) -> str:
     # per held-out window, how far apart the seeds' RGB PSNRs are (matched by episode id: the same split)
     per_window = [{e["episode_id"]: e["values"]["rgb_psnr"][0] for e in run["episodes"]} for run in runs]
     shared = set.intersection(*(set(w) for w in per_window))
-    ranges = sorted(max(w[i] for w in per_window) - min(w[i] for w in per_window) for i in shared)
-    median = (ranges[(len(ranges) - 1) // 2] + ranges[len(ranges) // 2]) / 2
+    ranges = [max(w[i] for w in per_window) - min(w[i] for w in per_window) for i in shared]
     return markdown(header + ["fit min", "episodes"], rows) + (
-        f"\nPer window, the range of `rgb_psnr` over the {len(runs)} seeds: {median:.2f} dB at the median "
-        f"window, {ranges[-1]:.2f} dB at the widest ({len(ranges)} windows).\n")
+        f"\nPer window, the range of `rgb_psnr` over the {len(runs)} seeds: {statistics.median(ranges):.2f} dB at "
+        f"the median window, {max(ranges):.2f} dB at the widest ({len(ranges)} windows).\n")
 
 
 VICTIM_BEHAVIOUR = "docs/data/victim_behaviour.json"

@@ -134,6 +134,11 @@ class PolicyActor:
             if u < self.eps:
                 return int(explore)
             return int(self.policy.q_net(obs_tensor)[0].argmax())
-        probs = self.policy.get_distribution(obs_tensor).distribution.probs[0].double().numpy()
-        cdf = np.cumsum(probs / probs.sum())
-        return int(min(np.searchsorted(cdf, rng.random(), side="right"), len(cdf) - 1))
+        return draw_action(self.policy.get_distribution(obs_tensor).distribution.probs[0].double().numpy(), rng)
+
+
+def draw_action(probs: np.ndarray, rng: np.random.Generator) -> int:
+    """One action drawn from ``probs`` with one uniform of ``rng`` (inverse CDF): how every discrete victim
+    acts, so a seed fixes the trajectory."""
+    cdf = np.cumsum(probs / probs.sum())
+    return int(min(np.searchsorted(cdf, rng.random(), side="right"), len(cdf) - 1))
