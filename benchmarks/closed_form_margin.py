@@ -68,8 +68,8 @@ def measure(victim: LoadedVictim, episodes_per_layout: int) -> list[dict]:
             observed = ObservedEpisode("x", np.arange(ep.length), grads(ep))
             recon = attack.reconstruct(observed, info)
             # The signed rule with an oracle sign of A: the case the paper's margin D is about.
-            sign = torch.as_tensor(np.sign(ep.steps["advantage"]), dtype=torch.float64)[:, None]
-            signed = (logit_gradients(observed, info) * sign).argmin(dim=1)
+            sign = np.sign(ep.steps["advantage"]).astype(np.float64)[:, None]
+            signed = (logit_gradients(observed, info) * sign).argmin(axis=1)
             h1, probs = head_inputs(victim, dict(ep.steps), space)
             for t, a in enumerate(ep.steps["action"]):
                 others = np.delete(probs[t], a)

@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import h5py
@@ -34,9 +34,9 @@ from gradleak_bench.errors import ChecksumMismatchError, CorruptFileError, Split
 from gradleak_bench.paths import cache_dir
 from gradleak_bench.records import Episode
 from gradleak_bench.tasks import get_task, step_truth
-from gradleak_bench.victims.checkpoint import LoadedVictim, load_victim
-from gradleak_bench.victims.policies import PolicyActor, single_thread
-from gradleak_bench.stream.targets import loss_targets, stack_obs
+
+if TYPE_CHECKING:  # torch and SB3 load only when episodes are generated: reading a split needs neither
+    from gradleak_bench.victims.checkpoint import LoadedVictim
 
 FORMAT = "gradleak-bench-episodes/2"  # /2: the split identity is stored beside the content sha256
 
@@ -183,6 +183,8 @@ def generate_episode(env: gym.Env, victim: LoadedVictim, layout_id: int, seed: i
     arrays = {k: np.stack([s[k] for s in steps]) for k in steps[0]}
     arrays["action"] = action_array(executed)
     arrays["reward"] = np.asarray(rewards, dtype=np.float32)
+    from gradleak_bench.stream.targets import loss_targets, stack_obs
+
     arrays.update(loss_targets(victim.policy, victim.spec.loss, stack_obs(observations), arrays["action"],
                                arrays["reward"], terminated, obs, population_std=protocol == TRACE_WINDOWS,
                                rng=rng))
@@ -209,6 +211,8 @@ def make_actor(victim: LoadedVictim) -> Any:
         from gradleak_bench.victims.continuous_rollout import ContinuousActor
 
         return ContinuousActor(victim.policy, victim.spec.algo)
+    from gradleak_bench.victims.policies import PolicyActor
+
     return PolicyActor(victim.policy, victim.spec.algo, victim.spec.exploration_eps)
 
 
@@ -306,11 +310,15 @@ class LayoutWorker:
 
     def __call__(self, unit: list[tuple[str, int, int, tuple[int, ...] | None]]) -> list[Episode]:
         if self._state is None:
+            from gradleak_bench.victims.checkpoint import load_victim
+
             victim = load_victim(self.config.task, self.config.victim, self.config.checkpoint)
             env = gym.make(get_task(self.config.task).gym_id, layouts=self.config.split,
                            image_size=victim.spec.image_size)
             self._state = (victim, env)
         victim, env = self._state
+        from gradleak_bench.victims.policies import single_thread
+
         with single_thread():
             return [generate_episode(env.unwrapped, victim, layout, seed, self.config.sequence_length, episode_id,
                                      actions, self.config.protocol)
@@ -343,6 +351,8 @@ def content_sha256(meta: dict[str, Any], episodes: Iterable[Episode]) -> str:
 def identity_header(config: DatasetConfig) -> dict[str, Any]:
     """The config-level part of a dataset's identity: the config, the checkpoint's weight-file sha256 (None
     for an ``init`` built from its seed because no file is committed) and the victim's loss spec."""
+    from gradleak_bench.victims.checkpoint import load_victim
+
     victim = load_victim(config.task, config.victim, config.checkpoint)
     return {"config": config.to_dict(), "weights_sha256": victim.meta.get("weights_sha256"),
             "loss": victim.spec.loss.to_dict()}

@@ -27,7 +27,7 @@ field          per-step shape      meaning
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -88,14 +88,28 @@ class GradientStream:
     """Per-step gradients of one episode: ``tensors[name]`` has shape ``(T, *param_shape)``.
 
     Names are those of ``policy.named_parameters()`` restricted to the parameters the victim's optimiser
-    trains (for DQN: ``q_net.*``).
+    trains (for DQN: ``q_net.*``). ``arrays`` gives the same gradients as numpy arrays. A stream made with
+    :meth:`from_arrays` (what a plug-in process receives) builds its torch tensors, without copying, only
+    when ``tensors`` is first read: an attack that reads ``arrays`` only never imports torch.
     """
 
     tensors: Mapping[str, torch.Tensor]
 
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> GradientStream:
+        return cls(_TensorView(dict(arrays)))
+
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The gradients as numpy arrays (sharing memory with the tensors: no copy)."""
+        if isinstance(self.tensors, _TensorView):
+            return dict(self.tensors.arrays)
+        return {k: v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v) for k, v in self.tensors.items()}
+
     @property
     def length(self) -> int:
-        return int(next(iter(self.tensors.values())).shape[0])
+        first = next(iter(self.tensors.arrays.values() if isinstance(self.tensors, _TensorView) else self.tensors.values()))
+        return int(first.shape[0])
 
     def step(self, t: int) -> dict[str, torch.Tensor]:
         return {name: g[t] for name, g in self.tensors.items()}
@@ -105,6 +119,26 @@ class GradientStream:
         import torch
 
         return torch.cat([g.reshape(g.shape[0], -1) for g in self.tensors.values()], dim=1)
+
+
+class _TensorView(Mapping):
+    """Name -> torch tensor over numpy arrays, each tensor made (``torch.from_numpy``, no copy) when first read."""
+
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        self.arrays, self._tensors = arrays, {}
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name not in self._tensors:
+            import torch
+
+            self._tensors[name] = torch.from_numpy(self.arrays[name])
+        return self._tensors[name]
+
+    def __iter__(self):
+        return iter(self.arrays)
+
+    def __len__(self) -> int:
+        return len(self.arrays)
 
 
 @dataclass(frozen=True)
@@ -119,21 +153,58 @@ class ObservedEpisode:
 
 
 @dataclass(frozen=True)
+class _Build:
+    fn: Callable[[], Any]
+
+
+class _LazyPolicy:
+    """The descriptor behind ``VictimInfo.policy``: the value set, or, when that is a :class:`_Build`, what it
+    builds on first read (kept). Its ``__get__`` on the class raises AttributeError, so the dataclass field has
+    no default; a frozen VictimInfo's ``__init__`` sets the value through ``__set__``, and assigning it later
+    stays an error."""
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            raise AttributeError("policy")
+        value = obj.__dict__["_policy"]
+        if isinstance(value, _Build):
+            value = obj.__dict__["_policy"] = value.fn()
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__["_policy"] = value
+
+
+@dataclass(frozen=True)
 class VictimInfo:
     """Public, white-box knowledge of the victim: architecture with the capture parameters, loss, spaces.
 
-    ``policy`` is the attacker's own copy; mutating it changes nothing the scorer uses.
+    ``policy`` is the attacker's own copy; mutating it changes nothing the scorer uses. In a plug-in process
+    it is built (torch and SB3 imported) when an attack first reads it, so an attack that needs only the names,
+    shapes and released gradients runs without torch. ``policy_head`` names the weight and bias (None if
+    absent) of the layer that outputs logits or Q-values; None when the policy has none (SAC). Left out, it is
+    read off ``policy``.
     """
 
     task: str
     victim: str
     checkpoint: str
     loss: LossSpec
-    policy: torch.nn.Module
+    policy: torch.nn.Module = _LazyPolicy()  # a descriptor: a plain field, or a policy built on first read
     observation_space: Any
     action_space: Any
     gradient_shapes: Mapping[str, tuple[int, ...]]
     n_actions: int
+    policy_head: tuple[str, str | None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy_head is None and not isinstance(self.__dict__.get("_policy"), _Build):
+            object.__setattr__(self, "policy_head", policy_head_names(self.policy))
+
+    @classmethod
+    def lazy(cls, build_policy: Callable[[], torch.nn.Module], **fields: Any) -> VictimInfo:
+        """A VictimInfo whose ``policy`` is ``build_policy()``, called on first read."""
+        return cls(policy=_Build(build_policy), **fields)
 
     @property
     def task_facts(self) -> TaskSpec:
@@ -143,6 +214,27 @@ class VictimInfo:
         from gradleak_bench.tasks import get_task
 
         return get_task(self.task)
+
+
+def policy_head_names(policy: Any) -> tuple[str, str | None] | None:
+    """Names of the weight and bias (None if absent) of the layer that outputs logits or Q-values: the
+    actor-critic's ``action_net``, else the last linear layer of DQN's ``q_net``; None when there is neither
+    (SAC). Public knowledge of the architecture: :attr:`VictimInfo.policy_head`."""
+    import torch  # a policy was given, so torch is loaded already
+
+    if hasattr(policy, "action_net"):
+        head = policy.action_net
+    elif hasattr(policy, "q_net"):
+        linears = [m for m in policy.q_net.modules() if isinstance(m, torch.nn.Linear)]
+        if not linears:
+            return None
+        head = linears[-1]
+    else:
+        return None
+    if not isinstance(head, torch.nn.Linear):
+        return None
+    names = {id(p): n for n, p in policy.named_parameters()}
+    return names[id(head.weight)], (names[id(head.bias)] if head.bias is not None else None)
 
 
 @dataclass(frozen=True)

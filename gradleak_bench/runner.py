@@ -16,7 +16,7 @@ from gradleak_bench.run.results import Interval, MetricResult
 from gradleak_bench.run.scorer import EpisodeRow, check_reconstruction as _check_reconstruction
 from gradleak_bench.run.scorer import score as _score
 from gradleak_bench.run.setup import make_gradients
-from gradleak_bench.run.victim import attacker_copy, victim_info
+from gradleak_bench.victims.checkpoint import attacker_copy, victim_info
 
 __all__ = ["AuxiliaryData", "EpisodeRow", "EvaluateConfig", "FreshLayouts", "Interval", "MetricResult", "RunResult",
            "attacker_copy", "check_reconstruction", "check_released", "defense_guarantees", "evaluate",
@@ -33,8 +33,12 @@ def score(metrics: list, recon: Any, truth: Any) -> tuple[dict[str, float], dict
 
 
 def check_released(released: Any, shapes: dict, length: int, defense: str) -> None:
-    """:func:`gradleak_bench.run.pipeline.check_released`; ``released`` may be a GradientStream."""
-    _check_released(dict(getattr(released, "tensors", released)), shapes, length, defense)
+    """:func:`gradleak_bench.run.pipeline.check_released`; ``released`` may be a GradientStream or a mapping of
+    tensors or arrays."""
+    from gradleak_bench.records import GradientStream
+
+    stream = released if isinstance(released, GradientStream) else GradientStream(dict(released))
+    _check_released(stream.arrays, shapes, length, defense)
 
 
 def check_reconstruction(recon: Any, attack: Any, episode: Any) -> Any:

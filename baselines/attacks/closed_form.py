@@ -21,39 +21,31 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
-import torch
-from torch import nn
 
 from gradleak_bench.records import ObservedEpisode, Reconstruction, VictimInfo
 
 
 def head_parameter_names(victim: VictimInfo) -> tuple[str, str | None]:
     """Names of the weight and bias (None if absent) of the layer that outputs logits or Q-values."""
-    policy = victim.policy
-    head = policy.action_net if hasattr(policy, "action_net") else _last_linear(policy.q_net)
-    names = {id(p): n for n, p in policy.named_parameters()}
-    bias = names[id(head.bias)] if head.bias is not None else None
-    return names[id(head.weight)], bias
+    if victim.policy_head is None:
+        raise LookupError("the victim has no linear policy/Q head")
+    return victim.policy_head
 
 
-def _last_linear(module: nn.Module) -> nn.Linear:
-    return [m for m in module.modules() if isinstance(m, nn.Linear)][-1]
-
-
-def logit_gradients(episode: ObservedEpisode, victim: VictimInfo) -> torch.Tensor:
-    """Per step, a vector proportional to dL/dz (T, n_actions): the bias gradient, or else the row sums
-    of the weight gradient (equal up to the positive factor ||h||_1)."""
+def logit_gradients(episode: ObservedEpisode, victim: VictimInfo) -> np.ndarray:
+    """Per step, a vector proportional to dL/dz (T, n_actions), float64: the bias gradient, or else the row
+    sums of the weight gradient (equal up to the positive factor ||h||_1)."""
     weight, bias = head_parameter_names(victim)
-    grads = episode.gradients.tensors
+    grads = episode.gradients.arrays  # numpy: this attack never needs torch
     if bias is not None and bias in grads:
-        return grads[bias].double()
-    return grads[weight].double().sum(dim=2)
+        return grads[bias].astype(np.float64)
+    return grads[weight].astype(np.float64).sum(axis=2)
 
 
-def value_sign(episode: ObservedEpisode) -> torch.Tensor | None:
+def value_sign(episode: ObservedEpisode) -> np.ndarray | None:
     """sign(A) per step from the value head (dL/dV = -2 vf_coef A), when it was released."""
-    bias = episode.gradients.tensors.get("value_net.bias")
-    return None if bias is None else -torch.sign(bias[:, 0].double())
+    bias = episode.gradients.arrays.get("value_net.bias")
+    return None if bias is None else -np.sign(bias[:, 0].astype(np.float64))
 
 
 class ClosedFormAction:
@@ -74,9 +66,7 @@ class ClosedFormAction:
         self.rule = rule
 
     def supports(self, victim: VictimInfo) -> str | None:
-        try:
-            head_parameter_names(victim)
-        except (AttributeError, IndexError, KeyError):
+        if victim.policy_head is None:
             return "the victim has no linear policy/Q head whose gradient this attack can read"
         return None
 
@@ -90,14 +80,13 @@ class ClosedFormAction:
         s = logit_gradients(episode, victim)
         if victim.loss.algo == "dqn":
             # Only Q(s, a) enters the loss: one non-zero entry, at the action.
-            actions = s.abs().argmax(dim=1)
+            actions = np.abs(s).argmax(axis=1)
         elif self.rule == "sign_free" or (self.rule == "auto" and victim.n_actions >= 3):
-            actions = s.abs().argmax(dim=1)
+            actions = np.abs(s).argmax(axis=1)
         else:
             sign = value_sign(episode)
             if sign is None:
                 raise ValueError("the signed rule needs the value head's gradient, which was not released")
             # dL/dz_a = A (pi_a - 1) has the sign opposite to A; the others share A's sign.
-            actions = (s * sign[:, None]).argmin(dim=1)
-        return Reconstruction(fields={"action": actions.numpy().astype(np.int64)},
-                              extras={"logit_gradient": s.numpy()})
+            actions = (s * sign[:, None]).argmin(axis=1)
+        return Reconstruction(fields={"action": actions.astype(np.int64)}, extras={"logit_gradient": s})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gradleak_bench.baselines.attacks.closed_form import ClosedFormAction, head_parameter_names
+from gradleak_bench.baselines.attacks.closed_form import ClosedFormAction
 from gradleak_bench.inversion import modalities, objective_scalars
 from gradleak_bench.records import ObservedEpisode, VictimInfo
 
@@ -35,11 +35,7 @@ def snapshot_iterations(value: object) -> tuple[int, ...]:
 
 
 def unsupported_head(victim: VictimInfo) -> str | None:
-    try:
-        head_parameter_names(victim)
-    except (AttributeError, IndexError, KeyError):
-        return "the victim has no linear policy/Q head"
-    return None
+    return "the victim has no linear policy/Q head" if victim.policy_head is None else None
 
 
 class ObservationAttack:

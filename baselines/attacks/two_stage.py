@@ -88,7 +88,7 @@ class TwoStagePipeline:
 
     # the error direction dJ/dF: the last layer's bias gradient (T, n_out), and the value head's (T,) if any
     def _errors(self, episode: ObservedEpisode, victim: VictimInfo) -> tuple[torch.Tensor, torch.Tensor | None]:
-        error = logit_gradients(episode, victim).float()
+        error = torch.from_numpy(logit_gradients(episode, victim)).float()
         vb = episode.gradients.tensors.get("value_net.bias")
         return error, (None if vb is None else vb[:, 0].float())
 

@@ -76,7 +76,7 @@ class AuxiliaryData:
 
     def _engine(self) -> Any:
         if self._gradients is None:
-            from gradleak_bench.run.victim import attacker_copy
+            from gradleak_bench.victims.checkpoint import attacker_copy
             from gradleak_bench.stream.replay import EpisodeGradients
             from gradleak_bench.victims.policies import env_spaces
 

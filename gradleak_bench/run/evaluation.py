@@ -27,13 +27,14 @@ from gradleak_bench.records import TRUTH_FIELDS
 from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.fresh import FreshLayouts, generate_fresh
 from gradleak_bench.run.sandbox import PluginFailure, PluginProcess
-from gradleak_bench.run.setup import attack_reads, fit_request, make_gradients, plugin_step, send_victim, start_plugins
+from gradleak_bench.run.setup import (attack_reads, fit_request, gradient_source, plugin_step, run_victim, send_victim,
+                                      start_plugins)
 from gradleak_bench.run.scorer import Controls, EpisodeRow, Reference, summarise_metrics
 from gradleak_bench.run.store import RunStore
 from gradleak_bench.tasks import get_task
 
 if TYPE_CHECKING:
-    from gradleak_bench.victims.checkpoint import LoadedVictim
+    from gradleak_bench.victims.card import VictimCard
 
 
 @dataclass(frozen=True)
@@ -98,29 +99,30 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
         tracked = _start_tracking(config)
         from gradleak_bench import dataset as datasets
         from gradleak_bench.run.pipeline import Context
-        from gradleak_bench.victims.checkpoint import load_victim
 
-        victim = load_victim(task.name, config.victim, config.checkpoint)
-        gradients = make_gradients(config, victim)
-        n_actions = send_victim([attack, defense], victim, gradients)
+        # a warm run has the victim's card and the read gradients cached: it never loads the policy (torch)
+        card, victim, gradients = run_victim(config, load=fresh is not None)
+        n_actions = send_victim([attack, defense], card, victim)
         fields = _attack_fields(attack)
         if attack.has("supports"):
             reason = plugin_step(attack, "supports", lambda: attack.call("supports")[0]["reason"])
             if reason:
                 raise AttackNotApplicableError(f"attack {attack.description['name']!r} does not apply to victim "
-                                    f"{victim.checkpoint_id}: {reason}")
+                                    f"{card.checkpoint_id}: {reason}")
         if defense is not None and defense.has("check"):  # victim-dependent parameters, before any work
             plugin_step(defense, "check", lambda: defense.call("check"))
         if fresh is not None:
             dataset, official = generate_fresh(fresh, victim, config.split), False
         else:
-            ds_config = datasets.standard_config(task.name, victim.spec.name, config.checkpoint, config.split,
+            ds_config = datasets.standard_config(task.name, card.spec.name, config.checkpoint, config.split,
                                                   seed=config.dataset_seed,
                                                   protocol=config.protocol or attack.description.get("data_protocol"))
             dataset = datasets.load_or_generate(ds_config, progress=progress)
             official = datasets.check_official(dataset)
         if hasattr(gradients, "check_dataset"):  # external gradients must belong to this dataset's episodes
             gradients.check_dataset(dataset)
+        reads = attack_reads(attack, card.gradient_shapes)
+        gradients = gradient_source(config, card, victim, gradients, reads, dataset, fresh is not None)
         episode_ids = select_episodes(dataset, config.episodes, config.sample_seed)
         metrics, notes = select_metrics(config.metrics, fields, f"attack {attack.description['name']!r}",
                                         task.action_kind)
@@ -133,13 +135,12 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
             references = references + references_for(dataset, {m.field for m in metrics}, progress)
         rng = np.random.default_rng(config.seed)
         seeds = [int(rng.integers(2**63)) for _ in episode_ids]  # the defense's, in canonical order
-        context = Context(dataset, gradients, metrics, attack, defense, config.defense, n_actions, references,
-                          attack_reads(attack, gradients.param_shapes))
+        context = Context(dataset, gradients, metrics, attack, defense, config.defense, n_actions, references, reads)
         run = _Run(config, context, dataset, episode_ids, seeds, out, fresh, mechanism, hidden)
         store = run.compute(executor, resume, progress)
         try:
             guarantees = _guarantees(defense, n_actions)
-            return run.finish(store, official, victim, guarantees, notes, tracked)
+            return run.finish(store, official, card, guarantees, notes, tracked)
         finally:
             store.close()
     except BaseException:
@@ -333,7 +334,7 @@ class _Run:
         finally:
             bar.close()
 
-    def finish(self, store: RunStore, official: bool | None, victim: LoadedVictim, guarantees: dict[str, float],
+    def finish(self, store: RunStore, official: bool | None, victim: VictimCard, guarantees: dict[str, float],
                notes: list[str], tracked: Any = None) -> RunResult:
         """Every unit is done: controls, summary, files (each written once), W&B."""
         records = store.rows()
@@ -355,7 +356,7 @@ class _Run:
             tracked.log(result, recons, {e: self.dataset.episode(e) for e in pictured})
         return result
 
-    def summarise(self, rows: list[EpisodeRow], official: bool | None, victim: LoadedVictim) -> dict[str, Any]:
+    def summarise(self, rows: list[EpisodeRow], official: bool | None, victim: VictimCard) -> dict[str, Any]:
         config, dataset = self.config, self.dataset
         ok = [r for r in rows if r.status == "ok"]
         frames = sum(r.length for r in ok)
@@ -381,7 +382,7 @@ class _Run:
             "n_episodes": len(rows), "n_failed": len(rows) - len(ok), "n_frames": frames,
             "ms_per_frame": (sum(r.attack_ms for r in ok) / frames) if frames else math.nan,
             "fit_seconds": self.fit_seconds,
-            "n_gradient_parameters": int(sum(np.prod(s) for s in self.context.gradients.param_shapes.values())),
+            "n_gradient_parameters": int(sum(np.prod(s) for s in victim.gradient_shapes.values())),
             "metrics": {name: m.to_dict() for name, m in results.items()},
             "versions": _versions(),
         }
@@ -391,13 +392,14 @@ class _Run:
 
 
 def _versions() -> dict[str, str]:
-    import stable_baselines3
-    import torch
+    """The versions a run's numbers depend on, read from the installed metadata (importing torch and SB3 to
+    ask them costs a warm run 2.5 s of CPU on a slow core)."""
+    import importlib.metadata
 
     import gradleak_bench
 
-    return {"gradleak_bench": gradleak_bench.__version__, "torch": torch.__version__,
-            "stable_baselines3": stable_baselines3.__version__}
+    return {"gradleak_bench": gradleak_bench.__version__, "torch": importlib.metadata.version("torch"),
+            "stable_baselines3": importlib.metadata.version("stable_baselines3")}
 
 
 def write_results(result: RunResult) -> None:

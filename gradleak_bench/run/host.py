@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,8 @@ class Host:
     def __init__(self) -> None:
         self.plugin: Any = None
         self.kind = ""
-        self.victim: Any = None
+        self.message: tuple[dict, dict] | None = None  # the victim as the scorer sent it
+        self._victim: Any = None
         self.info: Any = None
         self.rng: np.random.Generator | None = None
 
@@ -43,10 +45,20 @@ class Host:
                 "settings": settings() if callable(settings) else None}, {}
 
     def victim_(self, h: dict, a: dict) -> tuple[dict, dict]:
-        from gradleak_bench.run.victim import rebuild_victim
+        from gradleak_bench.run.victim import info_from_message
 
-        self.victim, self.info = rebuild_victim(h, a)
+        self.message = (h, a)
+        self.info = info_from_message(h, a)  # its policy (torch, SB3) is built when the plug-in first reads it
         return {}, {}
+
+    @property
+    def victim(self) -> Any:
+        """The victim's own policy, for auxiliary data (``fit``): built on first use."""
+        if self._victim is None:
+            from gradleak_bench.run.victim import rebuild_victim
+
+            self._victim = rebuild_victim(*self.message)
+        return self._victim
 
     def supports(self, h: dict, a: dict) -> tuple[dict, dict]:
         reason = self.plugin.supports(self.info)
@@ -101,7 +113,7 @@ class Host:
     def release(self, h: dict, a: dict) -> tuple[dict, dict]:
         released = self.plugin.release(_stream(a), self.rng)
         tensors = getattr(released, "tensors", None)
-        if not isinstance(tensors, dict):
+        if not isinstance(tensors, Mapping):
             return {"wrong_type": type(released).__name__}, {}
         return {}, {f"g/{k}": (v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v))
                     for k, v in tensors.items()}
@@ -114,11 +126,9 @@ class Host:
 
 
 def _stream(arrays: dict) -> Any:
-    import torch
-
     from gradleak_bench.records import GradientStream
 
-    return GradientStream({k[2:]: torch.from_numpy(v) for k, v in arrays.items() if k.startswith("g/")})
+    return GradientStream.from_arrays({k[2:]: v for k, v in arrays.items() if k.startswith("g/")})
 
 
 def serve(fd_in: int, fd_out: int) -> None:

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from gradleak_bench.errors import GradleakError, InvalidGradientError, PluginContractError
 from gradleak_bench.records import Episode
@@ -41,7 +40,7 @@ class Context:
         return tuple(self.attack.description.get("fields", ()))
 
 
-def check_released(released: dict[str, torch.Tensor], shapes: dict[str, tuple[int, ...]], length: int,
+def check_released(released: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], length: int,
                    defense: str) -> None:
     if set(released) != set(shapes):
         raise InvalidGradientError(
@@ -51,13 +50,14 @@ def check_released(released: dict[str, torch.Tensor], shapes: dict[str, tuple[in
         if tuple(g.shape) != (length, *shapes[name]):
             raise InvalidGradientError(f"defense {defense!r} released {name} with shape {tuple(g.shape)}, "
                                        f"expected {(length, *shapes[name])}")
-        if not g.dtype.is_floating_point:
+        if g.dtype.kind != "f":
             raise InvalidGradientError(f"defense {defense!r} released {name} of dtype {g.dtype}, not floating point")
-        if torch.isfinite(g.sum()):  # one pass; a finite sum has no NaN/Inf term (an overflow sends it to the scan)
-            continue
-        bad = ~torch.isfinite(g)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if np.isfinite(g.sum()):  # one pass; a finite sum has no NaN/Inf term (an overflow sends it to the scan)
+                continue
+        bad = ~np.isfinite(g)
         if bad.any():
-            t = int(bad.reshape(length, -1).any(dim=1).nonzero()[0, 0])
+            t = int(np.flatnonzero(bad.reshape(length, -1).any(axis=1))[0])
             raise InvalidGradientError(f"released gradient {name} holds NaN/Inf at step {t} "
                                        f"(defense {defense!r}); the attack was not run on this episode.")
 
@@ -94,10 +94,10 @@ def run_episode(ctx: Context, index: int, episode_id: str, seed: int
     return row, recon, episode
 
 
-def _release(ctx: Context, episode: Episode, seed: int) -> dict[str, torch.Tensor]:
-    """What leaves the client: the gradients of the reported actions, through the defense process."""
+def _release(ctx: Context, episode: Episode, seed: int) -> dict[str, np.ndarray]:
+    """What leaves the client (numpy arrays): the gradients of the reported actions, through the defense process."""
     if ctx.defense is None:
-        return dict(ctx.gradients(episode).tensors)
+        return ctx.gradients(episode).arrays
     ctx.defense.call("begin", {"seed": int(seed)})
     reported = episode
     if ctx.defense.has("report_actions"):
@@ -109,8 +109,8 @@ def _release(ctx: Context, episode: Episode, seed: int) -> dict[str, torch.Tenso
                                        f"integers in [0, {ctx.n_actions})")
         # the truth scored stays ``episode``; only the client's gradients use the reported actions
         reported = dataclasses.replace(episode, steps={**episode.steps, "action": actions.astype(np.int64)})
-    gradients = ctx.gradients(reported).tensors
+    gradients = ctx.gradients(reported).arrays
     reply, out = ctx.defense.call("release", {}, {f"g/{k}": v for k, v in gradients.items()})
     if reply.get("wrong_type"):
         raise InvalidGradientError(f"defense {ctx.defense_name!r} returned {str(reply['wrong_type'])[:200]}, not a GradientStream")
-    return {k[2:]: torch.from_numpy(v) for k, v in out.items() if k.startswith("g/")}
+    return {k[2:]: v for k, v in out.items() if k.startswith("g/")}

@@ -1,7 +1,8 @@
 """Setting a run up: its gradient source and its plug-in processes (shared by the driver and Ray workers).
 
 This module imports no torch at load: a run starts its plug-in processes (:func:`start_plugins`) first, so
-their start (Python and torch imported under the sandbox) overlaps the scorer's own imports."""
+their start overlaps the scorer's own imports, and a warm run (the victim's card and the gradients its attack
+reads cached) imports no torch at all."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,6 +13,7 @@ from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.sandbox import PluginFailure, PluginProcess
 
 if TYPE_CHECKING:
+    from gradleak_bench.victims.card import VictimCard
     from gradleak_bench.victims.checkpoint import LoadedVictim
 
 
@@ -37,17 +39,52 @@ def fit_request(config: EvaluateConfig) -> dict[str, Any]:
     return {"defense": None if defense is None else defense.to_dict()}
 
 
-def send_victim(processes: list[PluginProcess | None], victim: LoadedVictim, gradients: Any) -> int:
-    """Give each plug-in process the victim's public info; returns its number of actions."""
-    from gradleak_bench.run.victim import victim_message
-    from gradleak_bench.victims.policies import action_count, env_spaces
+def run_victim(config: EvaluateConfig, load: bool = False) -> tuple[VictimCard, LoadedVictim | None, Any]:
+    """The run's victim: its public card and, when its card is not cached yet, its gradients come from a file,
+    or ``load`` is asked, the loaded policy (torch) and its gradient source (else both None: a warm run)."""
+    if not (load or config.gradients):
+        from gradleak_bench.victims.card import find_card
 
-    header, arrays = victim_message(victim, gradients.param_shapes)
+        card = find_card(config.task, config.victim, config.checkpoint)
+        if card is not None:
+            return card, None, None
+    from gradleak_bench.victims.checkpoint import load_victim, victim_card
+
+    victim = load_victim(config.task, config.victim, config.checkpoint)
+    gradients = make_gradients(config, victim)
+    return victim_card(victim, gradients.param_shapes, record=not config.gradients), victim, gradients
+
+
+def send_victim(processes: list[PluginProcess | None], card: VictimCard, victim: LoadedVictim | None) -> int:
+    """Give each plug-in process the victim's public info (from the checkpoint file when it has one: no torch);
+    returns its number of actions."""
+    from gradleak_bench.run.victim import card_message, victim_message
+
+    header, arrays = card_message(card) if card.weights is not None else victim_message(victim, card)
     for proc in processes:
         if proc is not None:
             plugin_step(proc, "load", lambda p=proc: p.description)
             plugin_step(proc, "victim", lambda p=proc: p.call("victim", header, arrays))
-    return action_count(env_spaces(victim.spec.task, victim.spec.image_size)[1])
+    return card.n_actions
+
+
+def gradient_source(config: EvaluateConfig, card: VictimCard, victim: LoadedVictim | None, gradients: Any,
+                    reads: tuple[str, ...] | None, dataset: Any, fresh: bool) -> Any:
+    """The run's gradient source: the read gradients through the cache when they may be kept
+    (:mod:`gradleak_bench.run.released`), else ``gradients`` (built here, loading the victim, if not given)."""
+    from gradleak_bench.run.released import ReleasedGradients, cacheable
+
+    def compute() -> Any:
+        if gradients is not None:
+            return gradients
+        from gradleak_bench.victims.checkpoint import load_victim
+
+        return make_gradients(config, victim or load_victim(config.task, config.victim, config.checkpoint))
+
+    defended = config.defense != "none" or bool(config.defense_params)
+    if not (defended or fresh or config.gradients) and cacheable(card, reads, dataset.config.sequence_length):
+        return ReleasedGradients(card, dataset.sha256, reads, compute)
+    return compute()
 
 
 def attack_reads(attack: PluginProcess, shapes: dict[str, tuple[int, ...]]) -> tuple[str, ...] | None:

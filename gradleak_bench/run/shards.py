@@ -65,16 +65,14 @@ class EpisodeWorker:
 
     def _build(self) -> Any:
         from gradleak_bench import dataset as datasets
-        from gradleak_bench.run.setup import attack_reads, make_gradients, send_victim, start_plugins
         from gradleak_bench.run.pipeline import Context
-        from gradleak_bench.victims.checkpoint import load_victim
+        from gradleak_bench.run.setup import attack_reads, gradient_source, run_victim, send_victim, start_plugins
 
         if self.cache:  # the driver's cache: the dataset is found there on a single machine
             os.environ["GRADLEAK_BENCH_CACHE"] = self.cache
         cfg = self.config
         attack, defense = start_plugins(cfg, [*map(_path, self.hidden)])
-        victim = load_victim(cfg.task, cfg.victim, cfg.checkpoint)
-        gradients = make_gradients(cfg, victim)
+        card, victim, gradients = run_victim(cfg)
         path = datasets.default_path(self.dataset_config)
         dataset = datasets.open_dataset(path) if path.is_file() else None
         # The split identity, not the content sha256: a node with another CPU writes other float bits for the
@@ -93,13 +91,14 @@ class EpisodeWorker:
         if [m.name for m in metrics] != self.metric_names:
             raise GradleakError(f"the worker selected metrics {[m.name for m in metrics]}, the driver "
                                 f"{self.metric_names}: run every node with the same gradleak-bench version")
-        n_actions = send_victim([attack, defense], victim, gradients)
+        n_actions = send_victim([attack, defense], card, victim)
         if attack.has("fit"):  # its own fit, in its own sealed process: no fitted object crosses processes
             from gradleak_bench.run.setup import fit_request, plugin_step
 
             plugin_step(attack, "fit", lambda: attack.call("fit", fit_request(cfg)))
-        return Context(dataset, gradients, metrics, attack, defense, cfg.defense, n_actions, self.references,
-                       attack_reads(attack, gradients.param_shapes))
+        reads = attack_reads(attack, card.gradient_shapes)
+        gradients = gradient_source(cfg, card, victim, gradients, reads, dataset, fresh=False)
+        return Context(dataset, gradients, metrics, attack, defense, cfg.defense, n_actions, self.references, reads)
 
     def __call__(self, unit: Unit) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None, Any]]:
         from gradleak_bench.run.pipeline import run_episode

@@ -1,5 +1,18 @@
-"""The victim zoo: SB3 models per task at named checkpoints (safetensors + JSON, no pickle)."""
-from gradleak_bench.victims.checkpoint import LoadedVictim, load_victim
+"""The victim zoo: SB3 models per task at named checkpoints (safetensors + JSON, no pickle).
+
+``LoadedVictim`` and ``load_victim`` import torch and SB3 when first used, so the zoo's specs, a victim's
+public card and its spaces (:mod:`~gradleak_bench.victims.card`, :mod:`~gradleak_bench.victims.spaces`) load
+without them (a warm ``evaluate`` never imports torch: docs/evaluate.md, "Speed")."""
+from typing import Any
+
 from gradleak_bench.victims.zoo import CHECKPOINTS, VICTIMS, VictimSpec, get_victim
 
 __all__ = ["CHECKPOINTS", "VICTIMS", "LoadedVictim", "VictimSpec", "get_victim", "load_victim"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("LoadedVictim", "load_victim"):
+        from gradleak_bench.victims import checkpoint
+
+        return getattr(checkpoint, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

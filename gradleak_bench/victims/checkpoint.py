@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,11 @@ import torch
 from stable_baselines3.common.policies import BasePolicy
 
 from gradleak_bench.errors import CorruptFileError, GradleakError
-from gradleak_bench.paths import atomic_write_bytes, cache_dir
-from gradleak_bench.records import VictimInfo
+from gradleak_bench.paths import atomic_write_bytes
+from gradleak_bench.records import VictimInfo, policy_head_names
+# cached_dir and packaged_dir are re-exported (they moved to the torch-free card module)
+from gradleak_bench.victims.card import (VictimCard, cached_dir, find_checkpoint, packaged_dir,  # noqa: F401
+                                         read_meta, record_card)
 from gradleak_bench.victims.policies import action_count, build_policy, env_spaces
 from gradleak_bench.victims.zoo import VictimSpec, check_checkpoint, get_victim
 
@@ -55,14 +57,6 @@ def victim_info(victim: LoadedVictim, gradients: Any) -> VictimInfo:
     )
 
 
-def packaged_dir(spec: VictimSpec) -> Path:
-    return Path(str(resources.files("gradleak_bench.envs"))) / "checkpoints" / spec.task / spec.name
-
-
-def cached_dir(spec: VictimSpec) -> Path:
-    return cache_dir() / "checkpoints" / f"{spec.task}-{spec.name}-{spec.config_hash()}"
-
-
 def save_checkpoint(policy: BasePolicy, spec: VictimSpec, checkpoint: str, directory: Path,
                     report: dict[str, Any] | None = None) -> Path:
     """Write ``directory/<checkpoint>.safetensors`` and its JSON spec atomically."""
@@ -85,13 +79,6 @@ def save_checkpoint(policy: BasePolicy, spec: VictimSpec, checkpoint: str, direc
     }
     atomic_write_bytes(directory / f"{checkpoint}.json", json.dumps(meta, indent=1).encode())
     return weights
-
-
-def find_checkpoint(spec: VictimSpec, checkpoint: str) -> Path | None:
-    for directory in (packaged_dir(spec), cached_dir(spec)):
-        if (directory / f"{checkpoint}.safetensors").is_file():
-            return directory
-    return None
 
 
 def load_victim(task: str, victim: str | None = None, checkpoint: str = "init") -> LoadedVictim:
@@ -128,8 +115,9 @@ def load_victim(task: str, victim: str | None = None, checkpoint: str = "init") 
     return LoadedVictim(spec, checkpoint, policy.eval(), meta)
 
 
-def read_meta(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CorruptFileError(f"cannot read checkpoint spec {path}: {exc}") from exc
+def victim_card(victim: LoadedVictim, gradient_shapes: dict[str, tuple[int, ...]], record: bool = True) -> VictimCard:
+    """The public card of a loaded victim; with ``record``, cached when its checkpoint has a file, so the next
+    run needs no torch to describe it (:mod:`gradleak_bench.victims.card`)."""
+    _, action_space = env_spaces(victim.spec.task, victim.spec.image_size)
+    return record_card(victim.spec, victim.checkpoint, gradient_shapes, action_count(action_space),
+                       policy_head_names(victim.policy), record)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterator
-from functools import lru_cache
 from typing import Any
 
 import gymnasium as gym
@@ -15,6 +14,8 @@ from stable_baselines3.common.preprocessing import is_image_space, is_image_spac
 from stable_baselines3.common.vec_env import VecTransposeImage
 
 from gradleak_bench.victims.architectures import EXTRACTORS
+# torch-free, so a warm run's scorer and plug-ins can build a victim's public info without torch
+from gradleak_bench.victims.spaces import action_count, env_spaces  # noqa: F401  (re-exported)
 from gradleak_bench.victims.zoo import VictimSpec
 
 
@@ -42,31 +43,6 @@ def policy_observation_space(space: gym.Space) -> gym.Space:
     if is_image_space(space) and not is_image_space_channels_first(space):
         return VecTransposeImage.transpose_space(space)
     return space
-
-
-@lru_cache(maxsize=None)
-def env_spaces(task: str, image_size: int) -> tuple[gym.Space, gym.Space]:
-    """The environment's (observation, action) spaces for a task at an image size, from its env class when
-    the task spec fixes them (no simulator started: 0.3-2 s saved per process), else from a built env."""
-    from gradleak_bench.envs.backend import env_class
-    from gradleak_bench.envs.task_env import TaskEnv
-    from gradleak_bench.tasks import get_task
-
-    spec = get_task(task)
-    cls = env_class(spec)
-    if issubclass(cls, TaskEnv) and (observation_space := cls.task_observation_space(spec, image_size)) is not None:
-        return observation_space, cls.task_action_space(spec)
-    env = gym.make(spec.gym_id, layouts="train", image_size=image_size)
-    try:
-        return env.observation_space, env.action_space
-    finally:
-        env.close()
-
-
-def action_count(space: gym.Space) -> int:
-    """``VictimInfo.n_actions``: a ``Discrete`` space's number of actions, or a ``Box``'s dimension (as
-    :attr:`gradleak_bench.tasks.TaskSpec.n_actions` counts a continuous task's components)."""
-    return int(space.n) if isinstance(space, gym.spaces.Discrete) else int(space.shape[0])
 
 
 @contextlib.contextmanager
