@@ -2,7 +2,12 @@
 NatureCNN victim at init, 12 layouts x 4 episodes x 8 steps), each run a fresh process as a user runs it:
 
 * ``evaluate_cold``: the dataset is generated first;
-* ``evaluate_warm``: dataset cached, a **fresh** ``--out`` each run (every episode scored);
+* ``evaluate_warm``: dataset, priors, the victim's card and the released gradients the attack reads cached
+  (what every run after the first leaves: docs/evaluate.md, "Speed"), a **fresh** ``--out`` each run (every
+  episode scored);
+* ``evaluate_warm_recomputed``: the same with the card and released-gradient caches removed before each run,
+  so the victim is loaded and every episode's gradients recomputed (with torch): the first run of a victim
+  on a split, or any run under a new code version or CPU path;
 * ``evaluate_busy_neighbour``: the same, with one ``python -c "while True: pass"`` process running; warm and
   busy runs alternate, and ``busy_neighbour_ratio`` is the ratio of their medians (wall and CPU);
 * ``evaluate_resume``: a run into an ``--out`` whose run is finished (nothing left to score): what a resume
@@ -36,6 +41,7 @@ import datetime
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -232,12 +238,16 @@ def main() -> None:
         # shared machine's load hit all of them alike
         runs: dict[str, list[tuple[float, float]]] = {}
         loads: dict[str, list[float]] = {}
-        modes = [("evaluate_warm", sys.executable, False), ("evaluate_busy_neighbour", sys.executable, True)]
+        modes = [("evaluate_warm", sys.executable, False), ("evaluate_warm_recomputed", sys.executable, False),
+                 ("evaluate_busy_neighbour", sys.executable, True)]
         if args.before:
             modes[1:1] = [("before_evaluate_warm", args.before, False)]
             modes.append(("before_evaluate_busy_neighbour", args.before, True))
         for _ in range(args.repeats):
             for name, python, busy in modes:
+                if name == "evaluate_warm_recomputed":
+                    for kept in ("released", "victim-cards"):
+                        shutil.rmtree(Path(cache, kept), ignore_errors=True)
                 with busy_neighbour() if busy else contextlib.nullcontext():
                     before = load1()
                     runs.setdefault(name, []).append(evaluate(python=python)())
@@ -251,6 +261,7 @@ def main() -> None:
                 "wall": busy["median_s"] / warm["median_s"], "cpu": busy["cpu_median_s"] / warm["cpu_median_s"]}
         save()
 
+        evaluate()()  # the caches the recomputed runs removed, back for the runs below
         resumed = out()
         cli("evaluate", "closed_form", "--out", resumed)  # a finished run in this --out
         results["evaluate_resume"] = figure(lambda: cli("evaluate", "closed_form", "--out", resumed), args.repeats)

@@ -984,6 +984,53 @@ def continuous_pipeline(data: dict) -> str:
                      "sign: best prior", "RGB PSNR (dB)", "wall s", "fit s"], rows)
 
 
+# ------------------------------------------------------------------ evaluate speed (docs/evaluate.md)
+
+BENCH_EVALUATE_EPYC = "benchmarks/results/bench_evaluate_epyc.json"
+
+
+def evaluate_speed(data: dict) -> str:
+    """One row per figure of a ``benchmarks/bench_evaluate.py`` results file: wall and CPU medians with every
+    run and the load around them."""
+    before = (data.get("before") or {}).get("commit", "before")
+
+    def row(label: str, fig: dict | None) -> list[str] | None:
+        if not fig:
+            return None
+        runs = ", ".join(f"{w:.2f}" for w in fig["wall_runs_s"])
+        low, high = fig.get("load_range", [fig["load_before"], fig["load_after"]])
+        return [label, f"**{fig['median_s']:.2f}** ({runs})", f"{fig['cpu_median_s']:.2f}", f"{low:.2f}-{high:.2f}"]
+
+    fit = data.get("fit") or {}
+    figures = [
+        (f"before ({before})", data.get("before_evaluate_warm")),
+        (f"now ({data['commit']}): warm (card and read gradients cached)", data.get("evaluate_warm")),
+        ("now: gradients recomputed (card and read-gradient caches removed before each run)",
+         data.get("evaluate_warm_recomputed")),
+        (f"before ({before}), one busy neighbour", data.get("before_evaluate_busy_neighbour")),
+        ("now, one busy neighbour", data.get("evaluate_busy_neighbour")),
+        ("now, resume of a finished run (nothing to score)", data.get("evaluate_resume")),
+        *[(f"now, `--episodes {n}`", data.get(f"evaluate_warm_episodes_{n}")) for n in (1, 12, 48)],
+        ("`gradleak-bench --help`", data.get("import_cli")),
+    ]
+    rows = [r for r in (row(label, fig) for label, fig in figures) if r is not None]
+    ratio = data.get("busy_neighbour_ratio") or {}
+    replay = data.get("replay_ms_per_8_step_episode") or {}
+    notes = [f"{data['threads']} torch thread, {data['cpu']} ({data['cpus']} CPUs), {data['date']}; CPU = user + sys "
+             f"of the whole process tree ({data['cpu_accounting']})."]
+    if ratio:
+        notes.append(f"One busy neighbour / alone: **{ratio['wall']:.2f}** wall, {ratio['cpu']:.2f} CPU.")
+    if fit:
+        notes.append(f"Least squares over `--episodes` 1, 12, 48: **{fit['fixed_s']:.2f} s + "
+                     f"{1e3 * fit['per_episode_s']:.0f} ms per episode** of wall (CPU {fit['cpu_fixed_s']:.2f} s + "
+                     f"{1e3 * fit['cpu_per_episode_s']:.0f} ms).")
+    if replay:
+        notes.append(f"Recomputing one 8-step episode's exact gradients in one process: **{replay['median_ms']:.1f} "
+                     f"ms** wall, {replay['cpu_median_ms']:.1f} ms CPU (median of {replay['episodes']}).")
+    return markdown(["`evaluate closed_form`, default split (48 episodes), W&B offline", "wall s, median (runs)",
+                     "CPU s, median", "1-min load"], rows) + "\n" + " ".join(notes) + "\n"
+
+
 # ------------------------------------------------------------------ registry
 
 TABLES: dict[str, Table] = {
@@ -1031,6 +1078,7 @@ TABLES: dict[str, Table] = {
                                               *TRACE_ANALYTIC_RUNS, *TRACE_84_RUNS), trace_vs_paper),
     "resolution_inversion": Table("docs/inversion-attacks.md", RESOLUTION_IG_RUNS, resolution_inversion),
     "continuous_pipeline": Table("docs/continuous-actions.md", (CONTINUOUS,), continuous_pipeline),
+    "evaluate_speed_epyc": Table("docs/evaluate.md", (BENCH_EVALUATE_EPYC,), evaluate_speed),
 }
 
 
