@@ -24,7 +24,7 @@ class Host:
         self.plugin: Any = None
         self.kind = ""
         self.message: tuple[dict, dict] | None = None  # the victim as the scorer sent it
-        self._victim: Any = None
+        self.victim: Any = None  # its own policy, for auxiliary data: built when ``fit`` first needs it
         self.info: Any = None
         self.rng: np.random.Generator | None = None
 
@@ -51,15 +51,6 @@ class Host:
         self.info = info_from_message(h, a)  # its policy (torch, SB3) is built when the plug-in first reads it
         return {}, {}
 
-    @property
-    def victim(self) -> Any:
-        """The victim's own policy, for auxiliary data (``fit``): built on first use."""
-        if self._victim is None:
-            from gradleak_bench.run.victim import rebuild_victim
-
-            self._victim = rebuild_victim(*self.message)
-        return self._victim
-
     def supports(self, h: dict, a: dict) -> tuple[dict, dict]:
         reason = self.plugin.supports(self.info)
         return {"reason": None if reason is None else str(reason)}, {}
@@ -74,7 +65,10 @@ class Host:
 
     def fit(self, h: dict, a: dict) -> tuple[dict, dict]:
         from gradleak_bench.run.auxiliary import AuxiliaryData, DefenseIdentity
+        from gradleak_bench.run.victim import rebuild_victim
 
+        if self.victim is None:
+            self.victim = rebuild_victim(*self.message)
         # the defense is public (reference and parameters); its draws stay the scorer's
         defense = h.get("defense")
         identity = None if defense is None else DefenseIdentity(str(defense["reference"]),
