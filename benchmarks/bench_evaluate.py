@@ -8,6 +8,7 @@ NatureCNN victim at init, 12 layouts x 4 episodes x 8 steps), each run a fresh p
 * ``evaluate_warm_recomputed``: the same with the card and released-gradient caches removed before each run,
   so the victim is loaded and every episode's gradients recomputed (with torch): the first run of a victim
   on a split, or any run under a new code version or CPU path;
+* ``evaluate_warm_wandb_disabled``: a warm run with ``--wandb disabled`` (what W&B's process costs);
 * ``evaluate_busy_neighbour``: the same, with one ``python -c "while True: pass"`` process running; warm and
   busy runs alternate, and ``busy_neighbour_ratio`` is the ratio of their medians (wall and CPU);
 * ``evaluate_resume``: a run into an ``--out`` whose run is finished (nothing left to score): what a resume
@@ -234,25 +235,26 @@ def main() -> None:
         if args.before:
             evaluate(python=args.before)()
 
-        # warm and busy-neighbour runs alternate (new, before, new busy, before busy), so slow drifts of the
+        # the modes alternate (new, before, new recomputed, new without W&B, new busy, before busy), so slow drifts of the
         # shared machine's load hit all of them alike
         runs: dict[str, list[tuple[float, float]]] = {}
         loads: dict[str, list[float]] = {}
-        modes = [("evaluate_warm", sys.executable, False), ("evaluate_warm_recomputed", sys.executable, False),
-                 ("evaluate_busy_neighbour", sys.executable, True)]
+        modes = [("evaluate_warm", sys.executable, False, ()), ("evaluate_warm_recomputed", sys.executable, False, ()),
+                 ("evaluate_warm_wandb_disabled", sys.executable, False, ("--wandb", "disabled")),
+                 ("evaluate_busy_neighbour", sys.executable, True, ())]
         if args.before:
-            modes[1:1] = [("before_evaluate_warm", args.before, False)]
-            modes.append(("before_evaluate_busy_neighbour", args.before, True))
+            modes[1:1] = [("before_evaluate_warm", args.before, False, ())]
+            modes.append(("before_evaluate_busy_neighbour", args.before, True, ()))
         for _ in range(args.repeats):
-            for name, python, busy in modes:
+            for name, python, busy, extra in modes:
                 if name == "evaluate_warm_recomputed":
                     for kept in ("released", "victim-cards"):
                         shutil.rmtree(Path(cache, kept), ignore_errors=True)
                 with busy_neighbour() if busy else contextlib.nullcontext():
                     before = load1()
-                    runs.setdefault(name, []).append(evaluate(python=python)())
+                    runs.setdefault(name, []).append(evaluate(*extra, python=python)())
                     loads.setdefault(name, []).extend([before, load1()])
-        for name, _, _ in modes:
+        for name, *_ in modes:
             results[name] = summary(runs[name], loads[name][0], loads[name][-1])
             results[name]["load_range"] = [min(loads[name]), max(loads[name])]
         for prefix in ("", "before_") if args.before else ("",):

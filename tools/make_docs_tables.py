@@ -986,6 +986,7 @@ def continuous_pipeline(data: dict) -> str:
 
 # ------------------------------------------------------------------ evaluate speed (docs/evaluate.md)
 
+BENCH_EVALUATE = "benchmarks/results/bench_evaluate.json"
 BENCH_EVALUATE_EPYC = "benchmarks/results/bench_evaluate_epyc.json"
 
 
@@ -1001,22 +1002,23 @@ def evaluate_speed(data: dict) -> str:
         low, high = fig.get("load_range", [fig["load_before"], fig["load_after"]])
         return [label, f"**{fig['median_s']:.2f}** ({runs})", f"{fig['cpu_median_s']:.2f}", f"{low:.2f}-{high:.2f}"]
 
-    fit = data.get("fit") or {}
+    fit, now = data.get("fit") or {}, data["commit"]
     figures = [
-        (f"before ({before})", data.get("before_evaluate_warm")),
-        (f"now ({data['commit']}): warm (card and read gradients cached)", data.get("evaluate_warm")),
-        ("now: gradients recomputed (card and read-gradient caches removed before each run)",
+        (f"code of {before}, warm", data.get("before_evaluate_warm")),
+        (f"**code of {now}, warm**", data.get("evaluate_warm")),
+        (f"code of {now}, caches of the card and read gradients removed before each run (recomputed)",
          data.get("evaluate_warm_recomputed")),
-        (f"before ({before}), one busy neighbour", data.get("before_evaluate_busy_neighbour")),
-        ("now, one busy neighbour", data.get("evaluate_busy_neighbour")),
-        ("now, resume of a finished run (nothing to score)", data.get("evaluate_resume")),
-        *[(f"now, `--episodes {n}`", data.get(f"evaluate_warm_episodes_{n}")) for n in (1, 12, 48)],
+        (f"code of {now}, warm, `--wandb disabled`", data.get("evaluate_warm_wandb_disabled")),
+        (f"code of {before}, one busy neighbour", data.get("before_evaluate_busy_neighbour")),
+        (f"**code of {now}, one busy neighbour**", data.get("evaluate_busy_neighbour")),
+        (f"code of {now}, resume of a finished run (nothing to score)", data.get("evaluate_resume")),
+        *[(f"code of {now}, `--episodes {n}`", data.get(f"evaluate_warm_episodes_{n}")) for n in (1, 12, 48)],
         ("`gradleak-bench --help`", data.get("import_cli")),
     ]
     rows = [r for r in (row(label, fig) for label, fig in figures) if r is not None]
     ratio = data.get("busy_neighbour_ratio") or {}
     replay = data.get("replay_ms_per_8_step_episode") or {}
-    notes = [f"{data['threads']} torch thread, {data['cpu']} ({data['cpus']} CPUs), {data['date']}; CPU = user + sys "
+    notes = [f"{data['threads']} torch thread, {data.get('cpu', 'CPU model not recorded')} ({data['cpus']} CPUs), {data['date']}; CPU = user + sys "
              f"of the whole process tree ({data['cpu_accounting']})."]
     if ratio:
         notes.append(f"One busy neighbour / alone: **{ratio['wall']:.2f}** wall, {ratio['cpu']:.2f} CPU.")
@@ -1079,6 +1081,7 @@ TABLES: dict[str, Table] = {
     "resolution_inversion": Table("docs/inversion-attacks.md", RESOLUTION_IG_RUNS, resolution_inversion),
     "continuous_pipeline": Table("docs/continuous-actions.md", (CONTINUOUS,), continuous_pipeline),
     "evaluate_speed_epyc": Table("docs/evaluate.md", (BENCH_EVALUATE_EPYC,), evaluate_speed),
+    "evaluate_speed_fast": Table("docs/evaluate.md", (BENCH_EVALUATE,), evaluate_speed),
 }
 
 
