@@ -235,8 +235,8 @@ def main() -> None:
         if args.before:
             evaluate(python=args.before)()
 
-        # the modes alternate (new, before, new recomputed, new without W&B, new busy, before busy), so slow drifts of the
-        # shared machine's load hit all of them alike
+        # the modes alternate (new, before, new recomputed, new without W&B, new busy, before busy), so slow
+        # drifts of the shared machine's load hit all of them alike
         runs: dict[str, list[tuple[float, float]]] = {}
         loads: dict[str, list[float]] = {}
         modes = [("evaluate_warm", sys.executable, False, ()), ("evaluate_warm_recomputed", sys.executable, False, ()),

@@ -104,12 +104,13 @@ class GradientStream:
         """The gradients as numpy arrays (sharing memory with the tensors: no copy)."""
         if isinstance(self.tensors, _TensorView):
             return dict(self.tensors.arrays)
-        return {k: v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v) for k, v in self.tensors.items()}
+        return {k: v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
+                for k, v in self.tensors.items()}
 
     @property
     def length(self) -> int:
-        first = next(iter(self.tensors.arrays.values() if isinstance(self.tensors, _TensorView) else self.tensors.values()))
-        return int(first.shape[0])
+        source = self.tensors.arrays if isinstance(self.tensors, _TensorView) else self.tensors
+        return int(next(iter(source.values())).shape[0])
 
     def step(self, t: int) -> dict[str, torch.Tensor]:
         return {name: g[t] for name, g in self.tensors.items()}

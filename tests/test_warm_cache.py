@@ -116,7 +116,8 @@ def test_a_bad_cache_file_is_recomputed_and_rewritten(tmp_path):
         path.write_bytes(damage)
         fresh = ReleasedGradients(card, dataset.sha256, reads, compute=lambda: make_gradients(cfg, victim))
         assert np.array_equal(fresh(episode).arrays["action_net.bias"], exact) and fresh.misses == 1
-        assert ReleasedGradients(card, dataset.sha256, reads, compute=None).read(episode.episode_id, episode.length) is not None
+        reader = ReleasedGradients(card, dataset.sha256, reads, compute=None)
+        assert reader.read(episode.episode_id, episode.length) is not None
     # a file holding other names or shapes is not read as this entry
     from safetensors.numpy import save
 

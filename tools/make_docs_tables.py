@@ -1018,7 +1018,8 @@ def evaluate_speed(data: dict) -> str:
     rows = [r for r in (row(label, fig) for label, fig in figures) if r is not None]
     ratio = data.get("busy_neighbour_ratio") or {}
     replay = data.get("replay_ms_per_8_step_episode") or {}
-    notes = [f"{data['threads']} torch thread, {data.get('cpu', 'CPU model not recorded')} ({data['cpus']} CPUs), {data['date']}; CPU = user + sys "
+    cpu = data.get("cpu", "CPU model not recorded")
+    notes = [f"{data['threads']} torch thread, {cpu} ({data['cpus']} CPUs), {data['date']}; CPU = user + sys "
              f"of the whole process tree ({data['cpu_accounting']})."]
     if ratio:
         notes.append(f"One busy neighbour / alone: **{ratio['wall']:.2f}** wall, {ratio['cpu']:.2f} CPU.")

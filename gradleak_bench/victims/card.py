@@ -118,7 +118,8 @@ class VictimCard:
         return {"format": CARD_FORMAT, "task": self.spec.task, "victim": self.spec.name, "checkpoint": self.checkpoint,
                 "weights_sha256": self.weights_sha256, "key": self.key,
                 "gradient_shapes": [[k, list(v)] for k, v in self.gradient_shapes.items()],
-                "n_actions": self.n_actions, "policy_head": None if self.policy_head is None else list(self.policy_head)}
+                "n_actions": self.n_actions,
+                "policy_head": None if self.policy_head is None else list(self.policy_head)}
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The checkpoint's tensors as numpy arrays (as saved: one name per shared tensor), sha256-checked."""
@@ -128,7 +129,8 @@ class VictimCard:
             raise CorruptFileError(f"{self.checkpoint_id} has no checkpoint file to read weights from")
         data = self.weights.read_bytes()
         if hashlib.sha256(data).hexdigest() != self.weights_sha256:
-            raise CorruptFileError(f"{self.weights} does not match the sha256 in its JSON: the file is corrupt or edited.")
+            raise CorruptFileError(f"{self.weights} does not match the sha256 in its JSON: the file is corrupt or "
+                                   "edited.")
         try:
             return load(data)
         except Exception as exc:  # safetensors raises several types for a bad file
