@@ -9,6 +9,8 @@ NatureCNN victim at init, 12 layouts x 4 episodes x 8 steps), each run a fresh p
   so the victim is loaded and every episode's gradients recomputed (with torch): the first run of a victim
   on a split, or any run under a new code version or CPU path;
 * ``evaluate_warm_wandb_disabled``: a warm run with ``--wandb disabled`` (what W&B's process costs);
+* ``evaluate_warm_defended``: a warm run behind ``clip_norm(C=1)``: a defense process, and gradients always
+  recomputed (a defended release is never cached);
 * ``evaluate_busy_neighbour``: the same, with one ``python -c "while True: pass"`` process running; warm and
   busy runs alternate, and ``busy_neighbour_ratio`` is the ratio of their medians (wall and CPU);
 * ``evaluate_resume``: a run into an ``--out`` whose run is finished (nothing left to score): what a resume
@@ -56,6 +58,7 @@ from machine import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "bench_evaluate.json"
+DEFENDED = ("--defense", "clip_norm", "-D", "C=1")  # a defense process: nothing of the release is cached
 
 
 class TreeCpu:
@@ -235,15 +238,17 @@ def main() -> None:
         if args.before:
             evaluate(python=args.before)()
 
-        # the modes alternate (new, before, new recomputed, new without W&B, new busy, before busy), so slow
-        # drifts of the shared machine's load hit all of them alike
+        # the modes alternate (new, before, new recomputed, new without W&B, new defended, before defended, new
+        # busy, before busy), so slow drifts of the shared machine's load hit all of them alike
         runs: dict[str, list[tuple[float, float]]] = {}
         loads: dict[str, list[float]] = {}
         modes = [("evaluate_warm", sys.executable, False, ()), ("evaluate_warm_recomputed", sys.executable, False, ()),
                  ("evaluate_warm_wandb_disabled", sys.executable, False, ("--wandb", "disabled")),
+                 ("evaluate_warm_defended", sys.executable, False, DEFENDED),
                  ("evaluate_busy_neighbour", sys.executable, True, ())]
         if args.before:
             modes[1:1] = [("before_evaluate_warm", args.before, False, ())]
+            modes[5:5] = [("before_evaluate_warm_defended", args.before, False, DEFENDED)]
             modes.append(("before_evaluate_busy_neighbour", args.before, True, ()))
         for _ in range(args.repeats):
             for name, python, busy, extra in modes:

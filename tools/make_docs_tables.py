@@ -1009,6 +1009,8 @@ def evaluate_speed(data: dict) -> str:
         (f"code of {now}, caches of the card and read gradients removed before each run (recomputed)",
          data.get("evaluate_warm_recomputed")),
         (f"code of {now}, warm, `--wandb disabled`", data.get("evaluate_warm_wandb_disabled")),
+        (f"code of {before}, warm, `--defense clip_norm -D C=1`", data.get("before_evaluate_warm_defended")),
+        (f"code of {now}, warm, `--defense clip_norm -D C=1`", data.get("evaluate_warm_defended")),
         (f"code of {before}, one busy neighbour", data.get("before_evaluate_busy_neighbour")),
         (f"**code of {now}, one busy neighbour**", data.get("evaluate_busy_neighbour")),
         (f"code of {now}, resume of a finished run (nothing to score)", data.get("evaluate_resume")),
