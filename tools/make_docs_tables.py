@@ -990,6 +990,10 @@ BENCH_EVALUATE = "benchmarks/results/bench_evaluate.json"
 BENCH_EVALUATE_EPYC = "benchmarks/results/bench_evaluate_epyc.json"
 
 
+def _signed_ms(seconds: float) -> str:
+    return f"{'+' if seconds >= 0 else '-'} {abs(1e3 * seconds):.0f} ms"
+
+
 def evaluate_speed(data: dict) -> str:
     """One row per figure of a ``benchmarks/bench_evaluate.py`` results file: wall and CPU medians with every
     run and the load around them."""
@@ -1026,9 +1030,8 @@ def evaluate_speed(data: dict) -> str:
     if ratio:
         notes.append(f"One busy neighbour / alone: **{ratio['wall']:.2f}** wall, {ratio['cpu']:.2f} CPU.")
     if fit:
-        notes.append(f"Least squares over `--episodes` 1, 12, 48: **{fit['fixed_s']:.2f} s + "
-                     f"{1e3 * fit['per_episode_s']:.0f} ms per episode** of wall (CPU {fit['cpu_fixed_s']:.2f} s + "
-                     f"{1e3 * fit['cpu_per_episode_s']:.0f} ms).")
+        notes.append(f"Least squares over `--episodes` 1, 12, 48: **{fit['fixed_s']:.2f} s {_signed_ms(fit['per_episode_s'])} "
+                     f"per episode** of wall (CPU {fit['cpu_fixed_s']:.2f} s {_signed_ms(fit['cpu_per_episode_s'])}).")
     if replay:
         notes.append(f"Recomputing one 8-step episode's exact gradients in one process: **{replay['median_ms']:.1f} "
                      f"ms** wall, {replay['cpu_median_ms']:.1f} ms CPU (median of {replay['episodes']}).")
