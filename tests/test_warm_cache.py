@@ -15,6 +15,7 @@ import pytest
 from gradleak_bench import dataset as datasets
 from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.released import MAX_EPISODE_BYTES, ReleasedGradients, cacheable
+from gradleak_bench.run.sandbox import isolation
 from gradleak_bench.run.setup import gradient_source, make_gradients, run_victim
 from gradleak_bench.victims import card as cards
 
@@ -62,7 +63,8 @@ def _released_dirs(cache_dir: str) -> set[str]:
     return set(os.listdir(root)) if os.path.isdir(root) else set()
 
 
-@pytest.mark.filterwarnings("ignore:no isolation")
+# sealed: the probe must run in a process of its own (unsealed, it would share the scorer's)
+@pytest.mark.skipif(isolation()[0] is None, reason=f"no isolation here: {isolation()[1]}")
 def test_a_warm_run_loads_no_torch_and_scores_what_the_cold_run_scored(tmp_path, cache_dir):
     (tmp_path / "probe.py").write_text(_PROBE)
     attack = f"{tmp_path / 'probe.py'}:TorchFree"
