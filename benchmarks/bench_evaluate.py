@@ -242,14 +242,14 @@ def main() -> None:
         # busy, before busy), so slow drifts of the shared machine's load hit all of them alike
         runs: dict[str, list[tuple[float, float]]] = {}
         loads: dict[str, list[float]] = {}
-        modes = [("evaluate_warm", sys.executable, False, ()), ("evaluate_warm_recomputed", sys.executable, False, ()),
-                 ("evaluate_warm_wandb_disabled", sys.executable, False, ("--wandb", "disabled")),
-                 ("evaluate_warm_defended", sys.executable, False, DEFENDED),
-                 ("evaluate_busy_neighbour", sys.executable, True, ())]
-        if args.before:
-            modes[1:1] = [("before_evaluate_warm", args.before, False, ())]
-            modes[5:5] = [("before_evaluate_warm_defended", args.before, False, DEFENDED)]
-            modes.append(("before_evaluate_busy_neighbour", args.before, True, ()))
+        new, old = sys.executable, args.before
+        modes = [("evaluate_warm", new, False, ()), ("before_evaluate_warm", old, False, ()),
+                 ("evaluate_warm_recomputed", new, False, ()),
+                 ("evaluate_warm_wandb_disabled", new, False, ("--wandb", "disabled")),
+                 ("evaluate_warm_defended", new, False, DEFENDED),
+                 ("before_evaluate_warm_defended", old, False, DEFENDED),
+                 ("evaluate_busy_neighbour", new, True, ()), ("before_evaluate_busy_neighbour", old, True, ())]
+        modes = [mode for mode in modes if mode[1]]  # the before_ modes only with --before
         for _ in range(args.repeats):
             for name, python, busy, extra in modes:
                 if name == "evaluate_warm_recomputed":

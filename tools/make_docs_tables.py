@@ -987,6 +987,23 @@ def continuous_pipeline(data: dict) -> str:
 # ------------------------------------------------------------------ evaluate speed (docs/evaluate.md)
 
 BENCH_EVALUATE = "benchmarks/results/bench_evaluate.json"
+BENCH_IMPORTS = "benchmarks/results/bench_imports.json"
+_IMPORT_LABELS = {
+    "import_torch": "`import torch`",
+    "import_pandas": "`import pandas`",
+    "import_scipy_special": "`import scipy.special` (numpy loaded)",
+    "import_wandb": "`import wandb` (pandas kept out)",
+    "wandb_init_with_launch_inputs": "offline `wandb.init`, Launch inputs applied (wandb's default)",
+    "wandb_init_without_launch_inputs": "offline `wandb.init`, Launch inputs skipped (the W&B process here)",
+}
+
+
+def import_costs(data: dict) -> str:
+    rows = [[label, f"{data['probes'][name]['cpu_median_s']:.2f}", f"{data['probes'][name]['wall_median_s']:.2f}"]
+            for name, label in _IMPORT_LABELS.items() if name in data["probes"]]
+    return markdown(["in a fresh process", "CPU s, median", "wall s, median"], rows) + (
+        f"\n{data['cpu']} ({data['cpus']} CPUs), 1 thread, median of {data['repeats']}, {data['date']}; 1-minute load "
+        f"average {data['load_before']:.2f} before, {data['load_after']:.2f} after.\n")
 BENCH_EVALUATE_EPYC = "benchmarks/results/bench_evaluate_epyc.json"
 
 
@@ -1088,6 +1105,7 @@ TABLES: dict[str, Table] = {
     "continuous_pipeline": Table("docs/continuous-actions.md", (CONTINUOUS,), continuous_pipeline),
     "evaluate_speed_epyc": Table("docs/evaluate.md", (BENCH_EVALUATE_EPYC,), evaluate_speed),
     "evaluate_speed_fast": Table("docs/evaluate.md", (BENCH_EVALUATE,), evaluate_speed),
+    "import_costs": Table("docs/evaluate.md", (BENCH_IMPORTS,), import_costs),
 }
 
 

@@ -34,6 +34,7 @@ from gradleak_bench.run.store import RunStore
 from gradleak_bench.tasks import get_task
 
 if TYPE_CHECKING:
+    from gradleak_bench.run.pipeline import Context
     from gradleak_bench.victims.card import VictimCard
 
 
@@ -393,7 +394,7 @@ class _Run:
 
 def _versions() -> dict[str, str]:
     """The versions a run's numbers depend on, read from the installed metadata (importing torch and SB3 to
-    ask them costs a warm run 2.5 s of CPU on a slow core)."""
+    ask them costs a warm run ~2 s of CPU on a 2.0 GHz core: benchmarks/results/bench_imports.json)."""
     import importlib.metadata
 
     import gradleak_bench

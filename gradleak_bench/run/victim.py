@@ -60,19 +60,19 @@ def rebuild_victim(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> Loa
 
 def info_from_message(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> VictimInfo:
     """The attacker's :class:`VictimInfo` from a victim message; its policy is built when first read."""
+    from gradleak_bench.victims.card import head_from_json
     from gradleak_bench.victims.spaces import action_count, env_spaces
     from gradleak_bench.victims.zoo import get_victim
 
     spec = get_victim(header["task"], header["victim"])
     obs_space, action_space = env_spaces(spec.task, spec.image_size)
-    head = header.get("policy_head")
     return VictimInfo.lazy(
         lambda: rebuild_victim(header, arrays).policy,
         task=spec.task, victim=spec.name, checkpoint=str(header["checkpoint"]), loss=spec.loss,
         observation_space=obs_space, action_space=action_space,
         gradient_shapes={k: tuple(int(d) for d in v) for k, v in header["gradient_shapes"].items()},
         n_actions=action_count(action_space),
-        policy_head=None if head is None else (str(head[0]), None if head[1] is None else str(head[1])))
+        policy_head=head_from_json(header.get("policy_head")))
 
 
 def check_names(value: Any, what: str) -> tuple[str, ...]:

@@ -30,8 +30,8 @@ def main() -> int:
 
     init = json.loads(sys.stdin.readline())
     os.environ.setdefault("WANDB_SILENT", "true")
-    # wandb's log() asks of every value whether it is a pandas DataFrame, importing pandas to ask (0.3 s of CPU);
-    # nothing logged here is one, so pandas is kept out of this process (the answer is then "no").
+    # wandb's log() asks of every value whether it is a pandas DataFrame, importing pandas to ask (0.45 s of
+    # CPU); nothing logged here is one, so pandas is kept out of this process (the answer is then "no").
     sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
     try:
         import wandb
@@ -67,8 +67,9 @@ def main() -> int:
 
 def _skip_launch_inputs() -> None:
     """``wandb.init`` applies the W&B Launch inputs that user code staged in its process, importing the Launch
-    and public-API packages to do so (0.4-0.9 s of CPU). No code stages any here, so applying them is a no-op:
-    skip it. If wandb renames the hook, nothing is skipped (slower, the same run)."""
+    and public-API packages to do so (0.32 s of CPU: benchmarks/results/bench_imports.json). No code stages
+    any here, so applying them is a no-op: skip it. If wandb renames the hook, nothing is skipped (slower, the
+    same run)."""
     from wandb.sdk import wandb_run
 
     if hasattr(wandb_run.Run, "_detect_and_apply_job_inputs"):

@@ -137,6 +137,11 @@ class VictimCard:
             raise CorruptFileError(f"cannot load {self.weights}: {exc}") from exc
 
 
+def head_from_json(value: Any) -> tuple[str, str | None] | None:
+    """``VictimCard.policy_head`` back from its JSON form (``null`` or ``[weight, bias-or-null]``)."""
+    return None if value is None else (str(value[0]), None if value[1] is None else str(value[1]))
+
+
 def _card_path(key: str) -> Path:
     return cache_dir() / "victim-cards" / f"{key}.json"
 
@@ -169,8 +174,7 @@ def find_card(task: str, victim: str | None, checkpoint: str) -> VictimCard | No
         head = raw["policy_head"]
         if raw["format"] != CARD_FORMAT or raw["key"] != key or not shapes:
             return None
-        return VictimCard(spec, checkpoint, weights, sha, shapes, int(raw["n_actions"]),
-                          None if head is None else (str(head[0]), None if head[1] is None else str(head[1])), key)
+        return VictimCard(spec, checkpoint, weights, sha, shapes, int(raw["n_actions"]), head_from_json(head), key)
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
 
