@@ -454,7 +454,7 @@ def submit(
 @app.command()
 def verify(
     entry: Path = typer.Argument(..., help="an entry JSON file under leaderboard/entries"),
-    episodes: int = typer.Option(8, help="size of the random subset of held-out episodes to re-run"),
+    episodes: int = typer.Option(8, min=1, help="size of the random subset of public held-out episodes to re-run"),
     seed: int = typer.Option(0, help="seed of the subset draw"),
     attack: Optional[str] = typer.Option(
         None, help="the attack you expect the entry to bind (a name, or path.py:Class with the shipped file's "
@@ -462,18 +462,29 @@ def verify(
     allow_unofficial: bool = typer.Option(
         False, help="maintainers only: verify an entry whose dataset the manifest records no identity for"),
     fresh_layouts: int = typer.Option(
-        8, help="also score the entry on this many fresh layouts drawn from a secret seed (0: skip); a large "
-                "drop from the official score flags overfitting to the public test layouts"),
+        16, min=0, help="score the entry on this many fresh layouts drawn from a secret seed after its code is "
+                        "fixed: the numbers the leaderboard ranks (0: skip; then no record is written)"),
+    record: bool = typer.Option(
+        True, help="on success, write the verification record the leaderboard ranks by "
+                   "(leaderboard/verified/..., beside the entries folder)"),
+    check_record: bool = typer.Option(
+        False, "--check-record", help="check the entry's committed verification record against the fresh "
+                                      "layouts scored now instead of writing one (what CI does)"),
 ) -> None:
-    """Re-run an entry's own code on a seeded random subset of the held-out episodes and check every metric,
-    its control, leakage and failed frames against the entry's own per-episode rows (rules:
-    docs/leaderboard.md). Exit 0 verified, 1 not verified, 2 refused before running (impossible values, not the
-    official split, code other than the entry binds)."""
-    from gradleak_bench.leaderboard.verify import verify_file
+    """Re-run an entry's own code on public held-out episodes and on fresh layouts nobody could know in advance.
 
-    result = verify_file(entry, episodes=episodes, seed=seed, attack=attack, allow_unofficial=allow_unofficial,
-                         progress=True, fresh_layouts=fresh_layouts)
-    for check in result.checks + result.fresh:
+    Checks every metric, its control, references, leakage and failed frames against the entry's own rows
+    (tolerances from the verifier's own spread), refuses an entry whose public-split score beats its
+    fresh-layout score beyond noise, and on success writes the verification record: the verifier's own
+    fresh-layout scores, swap control and priors, which are what the leaderboard ranks (docs/leaderboard.md).
+    Exit 0 verified, 1 not verified, 2 refused before running (impossible values, not the official split, code
+    other than the entry binds)."""
+    from gradleak_bench.leaderboard import record as records
+    from gradleak_bench.leaderboard.verify import make_record, verify_file
+
+    result = verify_file(entry, check_committed_record=check_record, episodes=episodes, seed=seed, attack=attack,
+                         allow_unofficial=allow_unofficial, progress=True, fresh_layouts=fresh_layouts)
+    for check in result.all_checks:
         (console if check.ok else err_console).print(check.describe(), markup=False, highlight=False, soft_wrap=True)
     for note in result.notes:
         console.print(note, markup=False, highlight=False, soft_wrap=True)
@@ -481,8 +492,23 @@ def verify(
         for problem in result.failures():
             err_console.print(f"[red]not verified:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
-    console.print(f"[green]verified[/green] {escape(str(entry))} on {len(result.episode_ids)} episodes (seed {seed})",
+    console.print(f"[green]verified[/green] {escape(str(entry))} on {len(result.episode_ids)} public episodes "
+                  f"(seed {seed}) and {len(result.fresh_run.ids) if result.fresh_run else 0} fresh layouts",
                   soft_wrap=True)
+    if record and not check_record and result.fresh_run is not None:
+        root = records.entries_root(entry, result.entry.relative_path)
+        if root is None:
+            err_console.print(f"no record written: {entry} is not at its canonical path "
+                              f"<entries>/{result.entry.relative_path}", markup=False, highlight=False, soft_wrap=True)
+            return
+        from gradleak_bench.paths import atomic_write_bytes
+
+        made = make_record(result.entry, entry, result, seed)
+        path = records.record_path(root, result.entry.relative_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, made.to_json().encode())
+        console.print(f"record: {path} (ranked by `gradleak-bench leaderboard`)", markup=False, highlight=False,
+                      soft_wrap=True)
 
 
 @app.command()

@@ -1,19 +1,28 @@
 """Boards: one per task and reconstructed field (actions, RGB, depth, target box, trajectory, ...).
 
-A board ranks every entry that scores its field by the **leakage over the best gradient-free prior** of the
-field's headline metric (metric - best prior, paired per episode, with its 95% CI; docs/priors.md), best first
-in the metric's own direction; the defense is a column, so an attack behind a defense is ranked beside the
-same attack without one. Only entries on the official split are ranked (recomputed, never read from the
-entry); an entry without priors is ranked by its leakage over the swap control, after those with priors.
+A board ranks every entry that scores its field by the **leakage on fresh layouts over the strongest
+reference** of the field's headline metric: metric - max(best gradient-free prior, swap control) in the metric's
+own direction, paired per fresh layout, with its 95% CI, all from the entry's verification record
+(:mod:`.record`: the verifier's own numbers on layouts drawn after the entry was fixed, never the entry's), best
+first; the defense is a column, so an attack behind a defense is ranked beside the same attack without one.
+Only entries on the official split (recomputed, never read from the entry) with a current verification record
+are ranked; the others follow, unranked, with the public (development) split's numbers and the reason.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gradleak_bench.leaderboard import checks
+from gradleak_bench.leaderboard.record import FreshMetric, VerificationRecord
 from gradleak_bench.leaderboard.schema import Entry
+from gradleak_bench.run.results import Interval
+
+#: Verification records by entry path (``Entry.relative_path`` as a string), current ones only.
+Verified = Mapping[str, VerificationRecord]
 
 #: Boards in this order, with their titles; a field not listed here gets a board after these, titled by name.
 FIELD_TITLES = {"action": "actions", "rgb": "RGB", "depth": "depth", "bbox": "target box", "pose": "trajectory",
@@ -44,6 +53,7 @@ class Board:
     metric: str  # the headline metric it ranks by
     others: tuple[str, ...]  # the field's other metrics, shown beside it
     entries: tuple[Entry, ...]  # ranked first, then unranked
+    verified: Verified = dataclasses.field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -54,7 +64,12 @@ class Board:
         return FIELD_TITLES.get(self.field, self.field)
 
     def ranked(self, entry: Entry) -> bool:
-        return checks.is_official(entry) and entry.metrics.get(self.metric) is not None
+        return checks.is_official(entry) and headline(entry, self.metric, self.verified) is not None
+
+    def fresh(self, entry: Entry, metric: str | None = None) -> FreshMetric | None:
+        """The verifier's fresh-layout numbers of ``metric`` (default: the board's) for ``entry``, if verified."""
+        record = self.verified.get(str(entry.relative_path))
+        return None if record is None else record.metrics.get(metric or self.metric)
 
 
 def metric_fields() -> dict[str, str]:
@@ -63,8 +78,10 @@ def metric_fields() -> dict[str, str]:
     return {m.name: m.field for m in all_metrics()}
 
 
-def boards(entries: list[Entry]) -> list[Board]:
-    """Every (task, field) with at least one entry scoring it, in task then :data:`FIELD_TITLES` order."""
+def boards(entries: list[Entry], verified: Verified | None = None) -> list[Board]:
+    """Every (task, field) with at least one entry scoring it, in task then :data:`FIELD_TITLES` order;
+    ``verified``: the current verification records (an entry without one is unranked)."""
+    verified = verified or {}
     field_of = metric_fields()
     by_board: dict[tuple[str, str], list[Entry]] = defaultdict(list)
     for entry in entries:
@@ -77,29 +94,26 @@ def boards(entries: list[Entry]) -> list[Board]:
         reported = {m for e in members for m in e.metrics if field_of.get(m) == name}
         metric = next((m for m in HEADLINE.get(name, ()) if m in reported), min(reported))
         others = tuple(sorted(reported - {metric}))
-        ranked = sorted(members, key=lambda e: rank_key(e, metric))
-        out.append(Board(task, name, metric, others, tuple(ranked)))
+        ranked = sorted(members, key=lambda e: rank_key(e, metric, verified))
+        out.append(Board(task, name, metric, others, tuple(ranked), verified))
     return out
 
 
-def headline(entry: Entry, metric: str):
-    """The interval an entry is ranked by on ``metric``'s board: leakage over the best prior, else over the
-    swap control, else None."""
-    m = entry.metrics.get(metric)
-    if m is None:
-        return None
-    return m.prior_leakage or m.leakage
+def headline(entry: Entry, metric: str, verified: Verified) -> Interval | None:
+    """The interval an entry is ranked by on ``metric``'s board: its verification record's leakage on fresh
+    layouts over the strongest reference, else None (not verified, or the metric has no reference there)."""
+    record = verified.get(str(entry.relative_path))
+    fresh = None if record is None else record.metrics.get(metric)
+    return None if fresh is None else fresh.leakage
 
 
-def rank_key(entry: Entry, metric: str) -> tuple:
+def rank_key(entry: Entry, metric: str, verified: Verified) -> tuple:
     m = entry.metrics.get(metric)
-    unranked = not checks.is_official(entry)
-    stat = headline(entry, metric)
-    if m is None or stat is None:
-        return (unranked, 2, 0.0, entry.attack, entry.victim, entry.defense)
-    tier = 0 if m.prior_leakage is not None else 1
-    return (unranked, tier, -stat.mean if m.higher_is_better else stat.mean, entry.attack, entry.victim,
-            entry.checkpoint, entry.defense)
+    stat = headline(entry, metric, verified)
+    if m is None or stat is None or not checks.is_official(entry):
+        return (1, entry.attack, entry.victim, entry.checkpoint, entry.defense)
+    return (0, -stat.mean if m.higher_is_better else stat.mean, entry.attack, entry.victim, entry.checkpoint,
+            entry.defense)
 
 
 def best_priors(entry: Entry, field_metric: dict[str, str]) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """``gradleak-bench leaderboard``: render the entries to ``leaderboard/README.md`` and a self-contained
 ``leaderboard/index.html`` (inline CSS, JS and thumbnails; sortable columns): one board per task and
-reconstructed field (:mod:`.boards`), each ranked by the leakage over the best gradient-free prior with its CI,
-the best prior named, the swap control beside it, and a thumbnail strip per entry (:mod:`.thumbnails`).
+reconstructed field (:mod:`.boards`), each ranked by the leakage on fresh layouts over the strongest reference
+(from each entry's verification record, :mod:`.record`) with its CI, the reference named, the public
+(development) split's score beside it, and a thumbnail strip per entry (:mod:`.thumbnails`).
 
 An entry that is impossible or disagrees with its own per-episode rows is refused (:mod:`.checks`). Every text
 a submitter chose (authors, version, parameters) is escaped for Markdown and HTML; thumbnails are shown only
@@ -16,8 +17,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradleak_bench.leaderboard import checks, thumbnails
-from gradleak_bench.leaderboard.boards import Board, boards, fmt, headline
+from gradleak_bench.leaderboard import checks, record, thumbnails
+from gradleak_bench.leaderboard.boards import Board, Verified, boards, fmt, headline
 from gradleak_bench.leaderboard.schema import Entry, Interval, InvalidEntryError, MetricResult, load_entries
 
 THUMBNAIL_LINK_ROOT = "thumbnails"
@@ -38,6 +39,14 @@ class Shown:
 
     entries: list[Entry]
     thumbs: dict[str, thumbnails.Thumbnails] = field(default_factory=dict)
+    verified: Verified = field(default_factory=dict)  # current verification records, by entry path
+    status: dict[str, str] = field(default_factory=dict)  # why an entry is not verified, by entry path
+
+    def verification(self, e: Entry) -> str:
+        found = self.verified.get(str(e.relative_path))
+        if found is None:
+            return self.status.get(str(e.relative_path), "not verified")
+        return f"{found.verified_at[:10]}, {found.layouts} fresh layouts (seed {found.fresh_seed})"
 
 
 def _interval(iv: Interval | MetricResult | None) -> str:
@@ -60,8 +69,9 @@ def _key(iv: Interval | MetricResult | None) -> float:
 
 
 def columns(board: Board, shown: Shown) -> list[Column]:
-    """Who, the headline (leakage over the best prior, the prior), the thumbnails, the metric and the swap
-    control, the field's other metrics, cost and provenance."""
+    """Who, the headline (leakage on fresh layouts over the strongest reference, that reference), the
+    thumbnails, the metric on fresh layouts and on the public development split, the field's other metrics,
+    cost and provenance."""
     rows, metric = list(board.entries), board.metric
     ranked = [board.ranked(e) for e in rows]
     rank, n = [], 0
@@ -69,44 +79,47 @@ def columns(board: Board, shown: Shown) -> list[Column]:
         n += ok
         rank.append((str(n), float(n)) if ok else ("–", math.inf))
     m = [e.metrics.get(metric) for e in rows]
+    fresh = [board.fresh(e) for e in rows]
     cols = [
         Column("#", rank),
         Column("attack", [(e.attack + (f" ({e.attack_version})" if e.attack_version else ""), e.attack) for e in rows],
                user=True),
         Column("victim", [(f"{e.victim} @ {e.checkpoint}", f"{e.victim} {e.checkpoint}") for e in rows]),
         Column("defense", [(_defense(e), _defense(e)) for e in rows], user=True),
-        Column(f"leakage vs best prior ({metric})", [_headline(e, metric) for e in rows]),
-        Column("best prior", [_prior(x) for x in m]),
+        Column(f"leakage on fresh layouts vs strongest reference ({metric})",
+               [_headline(board, e, shown) for e in rows]),
+        Column("strongest reference (fresh layouts)", [_reference(f) for f in fresh]),
         Column("frames (truth / reconstruction / best prior)", [("", "") for _ in rows],
                markup=[_thumbnail(board, e, shown) for e in rows]),
-        Column(metric, [(_interval(x), _key(x)) for x in m]),
-        Column("leakage vs swap control", [(_interval(x and x.leakage), _key(x and x.leakage)) for x in m]),
-        Column("swap control", [(_interval(x and x.control), _key(x and x.control)) for x in m]),
+        Column(f"{metric} on fresh layouts", [(_interval(f and f.summary), _key(f and f.summary)) for f in fresh]),
+        Column(f"{metric} on the public split (development)", [(_interval(x), _key(x)) for x in m]),
+        Column("public split: leakage vs best prior", [_public_prior(x) for x in m]),
     ]
     for other in board.others:
         cols.append(Column(other, [_other(e.metrics.get(other)) for e in rows]))
     cols.append(Column("failed frames", [_failed(e, metric) for e in rows]))
     cols += [
         Column("ms/frame", [(f"{e.ms_per_frame:.3g}", e.ms_per_frame) for e in rows]),
-        Column("n", [(str(e.n_episodes - e.n_failed), float(e.n_episodes - e.n_failed)) for e in rows]),
+        Column("episodes (public / fresh)", [_counts(e, f) for e, f in zip(rows, fresh)]),
         Column("authors", [(", ".join(e.authors), ", ".join(e.authors)) for e in rows], user=True),
         Column("date", [(e.date, e.date) for e in rows]),
+        Column("verified", [(shown.verification(e), shown.verification(e)) for e in rows]),
         Column("official split", [("yes" if checks.is_official(e) else "no (unranked)", str(checks.is_official(e)))
                                   for e in rows]),
     ]
     return cols
 
 
-def _headline(e: Entry, metric: str) -> tuple[str, float]:
-    m, stat = e.metrics.get(metric), headline(e, metric)
-    if m is None or stat is None:
+def _headline(board: Board, e: Entry, shown: Shown) -> tuple[str, float]:
+    m, stat = e.metrics.get(board.metric), headline(e, board.metric, board.verified)
+    if m is None:
         return "–", -math.inf
-    text = f"{_interval(stat)} {verdict(m, stat)}"
-    text += "" if m.prior_leakage is not None else " (vs swap control: no priors scored)"
-    return text, stat.mean if m.higher_is_better else -stat.mean
+    if stat is None:
+        return f"– ({shown.verification(e) if str(e.relative_path) not in board.verified else 'no reference'})", -math.inf
+    return f"{_interval(stat)} {verdict(m, stat)}", stat.mean if m.higher_is_better else -stat.mean
 
 
-VERDICTS = {"leaks": "leaks", "none": "no leakage shown", "below": "below the prior"}
+VERDICTS = {"leaks": "leaks", "none": "no leakage shown", "below": "below the reference"}
 
 
 def verdict(m: MetricResult, stat: Interval) -> str:
@@ -116,13 +129,25 @@ def verdict(m: MetricResult, stat: Interval) -> str:
     return VERDICTS["leaks" if lo > 0 else "below" if hi < 0 else "none"]
 
 
-def _prior(m: MetricResult | None) -> tuple[str, float]:
-    """The best prior's name and its own score with CI."""
-    if m is None or not m.best_prior:
+def _reference(f: record.FreshMetric | None) -> tuple[str, float]:
+    """The strongest reference on the fresh layouts (a prior or the swap control) and its own score with CI."""
+    name = f.strongest_reference if f is not None else None
+    if name is None:
         return "–", -math.inf
-    ref = m.references.get(m.best_prior)
-    name = m.best_prior.removeprefix("prior:")
-    return (f"{name}: {_interval(ref)}" if ref is not None else name), name
+    short = name.removeprefix("prior:").replace(record.SWAP_CONTROL, "swap control")
+    return f"{short}: {_interval(f.reference_summary())}", short
+
+
+def _public_prior(m: MetricResult | None) -> tuple[str, float]:
+    """The entry's own public-split leakage over its best prior (development numbers, not ranked)."""
+    if m is None or not m.best_prior or m.prior_leakage is None:
+        return "–", -math.inf
+    return f"{_interval(m.prior_leakage)} vs {m.best_prior.removeprefix('prior:')}", m.prior_leakage.mean
+
+
+def _counts(e: Entry, f: record.FreshMetric | None) -> tuple[str, float]:
+    public = e.n_episodes - e.n_failed
+    return (f"{public} / {len(f.values) if f is not None else '–'}", float(public))
 
 
 def _other(m: MetricResult | None) -> tuple[str, float]:
@@ -191,21 +216,25 @@ def _action_strip(thumbs: thumbnails.Thumbnails) -> tuple[str, str]:
 
 MARKDOWN_HEAD = f"""# Leaderboard
 
-<!-- Rendered by `gradleak-bench leaderboard` from entries/ and thumbnails/; edit the entries, not this file. -->
+<!-- Rendered by `gradleak-bench leaderboard` from entries/, verified/ and thumbnails/; edit the entries, not this file. -->
 
-One board per task and reconstructed field. Each entry is an (attack, victim checkpoint, defense) on the
-held-out test split, produced by `gradleak-bench evaluate`, turned into an entry by `gradleak-bench submit`
-and checked by `gradleak-bench verify` ([docs/leaderboard.md](../docs/leaderboard.md)).
+One board per task and reconstructed field. Each entry is an (attack, victim checkpoint, defense), produced by
+`gradleak-bench evaluate` on the public held-out test split, turned into an entry by `gradleak-bench submit`
+and **ranked only once `gradleak-bench verify` has scored its code on fresh layouts** drawn after the code was
+fixed ([docs/leaderboard.md](../docs/leaderboard.md)). The public split is regenerable by anyone, so its
+numbers are development numbers, shown beside, never ranked.
 
-- **Leakage vs best prior** (the ranking): the field's headline metric minus the best gradient-free prior
-  fitted on train layouts (the mean frame, the majority action, the mean path, ...; [docs/priors.md](../docs/priors.md)),
-  paired per held-out episode, mean and 95% bootstrap CI. Above 0 in the metric's better direction (for an
-  error, below 0 is better), with a CI that excludes 0: the gradient told the attacker more than it could
-  guess without it. A CI that straddles 0: no leakage shown.
-- **Best prior**: which prior that was, and its own score. **Swap control**: the same attack fed another
-  episode's gradients (its own bias); leakage vs swap control = metric - swap control.
-- A frame without a finite reconstruction scores the metric's worst value (**failed frames**). Only entries on
-  the official split (recomputed from the split manifest) are ranked; others follow, unranked (–).
+- **Leakage on fresh layouts vs strongest reference** (the ranking): the field's headline metric minus the
+  strongest reference, the better of the best gradient-free prior fitted on train layouts (the mean frame, the
+  majority action, the mean path, ...; [docs/priors.md](../docs/priors.md)) and the swap control (the same attack
+  fed another layout's gradients), paired per fresh layout, mean and 95% bootstrap CI, every number from the
+  verifier's own run (`verified/`). Above 0 in the metric's better direction (for an error, below 0 is better),
+  with a CI that excludes 0: the gradient told the attacker more than it could guess without it.
+- **Public split (development)**: the entry's own score on the 48 public held-out episodes and its leakage over
+  its best prior there. An entry whose public score beats its fresh-layout score beyond noise is refused by
+  `verify`.
+- A frame without a finite reconstruction scores the metric's worst value (**failed frames**). Only verified
+  entries on the official split are ranked; others follow, unranked (–), with the reason.
 - **Frames**: {thumbnails.RULE}. Rows: truth, the attack's reconstruction, the best prior; recomputed by
   re-running the entry's own code sealed (`gradleak-bench leaderboard --thumbnails`), never sent by a submitter.
 
@@ -237,18 +266,18 @@ def _cell_md(c: Column, i: int) -> str:
     return c.markup[i][0] if c.markup is not None else _md_cell(c.cells[i][0], c.user)
 
 
-def summary(all_boards: list[Board]) -> list[tuple[Board, str, str, str]]:
+def summary(all_boards: list[Board], shown: Shown) -> list[tuple[Board, str, str, str]]:
     """Per board: (board, its leader, the leader's headline, how many ranked entries leak)."""
     out = []
     for board in all_boards:
         ranked = [e for e in board.entries if board.ranked(e)]
-        leaks = sum(_headline(e, board.metric)[0].split(" (vs swap")[0].endswith(VERDICTS["leaks"]) for e in ranked)
+        leaks = sum(_headline(board, e, shown)[0].endswith(VERDICTS["leaks"]) for e in ranked)
         if not ranked:
             out.append((board, "–", "–", "0 of 0"))
             continue
         top = ranked[0]
         who = f"{top.attack}, {top.victim} @ {top.checkpoint}, {_defense(top)}"
-        out.append((board, who, _headline(top, board.metric)[0], f"{leaks} of {len(ranked)}"))
+        out.append((board, who, _headline(board, top, shown)[0], f"{leaks} of {len(ranked)}"))
     return out
 
 
@@ -262,16 +291,17 @@ def render_markdown(entries: list[Entry], shown: Shown | None = None) -> str:
     parts = [MARKDOWN_HEAD]
     if not entries:
         parts.append("\nNo entries yet.\n")
-    all_boards = boards(entries)
+    all_boards = boards(entries, shown.verified)
     if all_boards:
-        parts.append("| board | ranked by | leader | its leakage vs best prior | entries that leak |")
+        parts.append("| board | ranked by | leader | its leakage on fresh layouts | verified entries that leak |")
         parts.append("|---|---|---|---|---|")
-        for board, who, lead, leaks in summary(all_boards):
+        for board, who, lead, leaks in summary(all_boards, shown):
             parts.append(f"| [{board.task}: {board.title}](#{_anchor(board)}) | `{board.metric}` | {_md_cell(who, True)} "
                          f"| {lead} | {leaks} |")
     for board in all_boards:
         cols = columns(board, shown)
-        parts.append(f"\n## {board.task}: {board.title}\n\nRanked by `{board.metric}` leakage vs best prior.\n")
+        parts.append(f"\n## {board.task}: {board.title}\n\nRanked by `{board.metric}` leakage on fresh layouts vs "
+                     "the strongest reference.\n")
         parts.append("| " + " | ".join(c.title for c in cols) + " | links |")
         parts.append("|" + "---|" * (len(cols) + 1))
         for i, e in enumerate(board.entries):
@@ -335,14 +365,16 @@ if (m && document.getElementById(m[1])) { sortTable(document.getElementById(m[1]
 """
 
 HTML_NOTE = f"""<ul class="note">
-<li><b>Leakage vs best prior</b> (the ranking): the board's metric minus the best gradient-free prior fitted on
-train layouts, paired per held-out episode, with its 95% bootstrap CI. A CI that excludes 0 on the better side:
-the gradient leaked more than an attacker could guess without it. A CI across 0: no leakage shown.</li>
-<li><b>Best prior</b>: which prior, and its own score. <b>Swap control</b>: the same attack fed another episode's
-gradients; leakage vs swap control = metric &minus; swap control.</li>
+<li><b>Leakage on fresh layouts vs strongest reference</b> (the ranking): the board's metric minus the better of
+the best gradient-free prior (fitted on train layouts) and the swap control, paired per fresh layout (drawn by
+<code>gradleak-bench verify</code> after the entry's code was fixed), with its 95% bootstrap CI, all computed by
+the verifier. A CI that excludes 0 on the better side: the gradient leaked more than an attacker could guess
+without it. A CI across 0: no leakage shown.</li>
+<li><b>Public split (development)</b>: the entry's own score on the public held-out episodes, which anyone can
+regenerate: shown, never ranked.</li>
 <li><b>Frames</b>: {html.escape(thumbnails.RULE)}; rows truth, reconstruction, best prior (paths: truth black,
 reconstruction red, prior blue), recomputed by re-running the entry's code sealed.</li>
-<li>Only entries on the official split are ranked; click a column header to sort by it.</li></ul>"""
+<li>Only verified entries on the official split are ranked; click a column header to sort by it.</li></ul>"""
 
 
 def render_html(entries: list[Entry], shown: Shown | None = None) -> str:
@@ -351,11 +383,11 @@ def render_html(entries: list[Entry], shown: Shown | None = None) -> str:
     body = ["<h1>gradleak-bench leaderboard</h1>", HTML_NOTE]
     if not entries:
         body.append("<p>No entries yet.</p>")
-    all_boards = boards(entries)
+    all_boards = boards(entries, shown.verified)
     if all_boards:
         body.append('<table class="summary"><thead><tr><th>board</th><th>ranked by</th><th>leader</th>'
-                    "<th>its leakage vs best prior</th><th>entries that leak</th></tr></thead><tbody>")
-        for board, who, lead, leaks in summary(all_boards):
+                    "<th>its leakage on fresh layouts</th><th>verified entries that leak</th></tr></thead><tbody>")
+        for board, who, lead, leaks in summary(all_boards, shown):
             body.append(f'<tr><td><a href="#{esc(board.id)}">{esc(board.task)}: {esc(board.title)}</a></td>'
                         f"<td><code>{esc(board.metric)}</code></td><td>{esc(who)}</td>"
                         f'<td class="{_verdict_class(lead)}">{esc(lead)}</td><td>{esc(leaks)}</td></tr>')
@@ -363,7 +395,7 @@ def render_html(entries: list[Entry], shown: Shown | None = None) -> str:
     for board in all_boards:
         cols = columns(board, shown)
         body.append(f"<h2>{esc(board.task)}: {esc(board.title)} <small>(ranked by <code>{esc(board.metric)}</code> "
-                    "leakage vs best prior)</small></h2>")
+                    "leakage on fresh layouts vs the strongest reference)</small></h2>")
         body.append('<div class="scroll">')
         body.append(f'<table class="board" id="{esc(board.id)}"><thead><tr>'
                     + "".join(f"<th>{esc(c.title)}</th>" for c in cols) + "<th>links</th></tr></thead><tbody>")
@@ -371,7 +403,7 @@ def render_html(entries: list[Entry], shown: Shown | None = None) -> str:
             cells = []
             for j, c in enumerate(cols):
                 text, key = c.cells[i]
-                lead = (" lead " + _verdict_class(text)) if j == 4 else ""
+                lead = (" lead " + _verdict_class(text)) if j == 4 else ""  # the ranking column
                 if c.markup is not None:
                     cells.append(f'<td data-v="">{c.markup[i][1]}</td>')
                 elif isinstance(key, float):  # missing values sort below every number
@@ -391,7 +423,7 @@ def render_html(entries: list[Entry], shown: Shown | None = None) -> str:
 
 
 def _verdict_class(text: str) -> str:
-    return next((f"v-{key}" for key, words in VERDICTS.items() if text.split(" (vs swap")[0].endswith(words)), "")
+    return next((f"v-{key}" for key, words in VERDICTS.items() if text.endswith(words)), "")
 
 
 # --- the command ---------------------------------------------------------------------------------------------
@@ -406,7 +438,8 @@ def render(entries_dir: str | Path = "leaderboard/entries", out_dir: str | Path 
 
     entries_dir = Path(entries_dir)
     entries = checked_entries(entries_dir)
-    shown = Shown(entries, current_thumbnails(entries, entries_dir, thumbnails_dir))
+    verified, status = current_records(entries, entries_dir)
+    shown = Shown(entries, current_thumbnails(entries, entries_dir, thumbnails_dir), verified, status)
     out = Path(out_dir) if out_dir is not None else entries_dir.parent
     md, page = out / "README.md", out / "index.html"
     atomic_write_bytes(md, render_markdown(entries, shown).encode())
@@ -430,6 +463,19 @@ def current_thumbnails(entries: list[Entry], entries_dir: str | Path,
     return out
 
 
+def current_records(entries: list[Entry], entries_dir: str | Path) -> tuple[dict, dict[str, str]]:
+    """Each entry's current verification record (by entry path), and for the others why they have none."""
+    verified, status = {}, {}
+    for e in entries:
+        found, why = record.current(Path(entries_dir), e.relative_path)
+        key = str(e.relative_path)
+        if found is not None and found.checkpoint_id == e.checkpoint_id and found.dataset_identity == e.dataset_identity:
+            verified[key] = found
+        else:
+            status[key] = why if found is None else "its verification record is for another checkpoint or split"
+    return verified, status
+
+
 def checked_entries(entries_dir: str | Path) -> list[Entry]:
     """Every entry, each refused (one message naming it) when impossible or inconsistent with its own rows."""
     entries = load_entries(entries_dir)
@@ -439,6 +485,6 @@ def checked_entries(entries_dir: str | Path) -> list[Entry]:
     return entries
 
 
-def table_rows(entries: list[Entry]) -> dict[str, list[str]]:
+def table_rows(entries: list[Entry], verified: Verified | None = None) -> dict[str, list[str]]:
     """Entry paths per board id, in rendered order (what the page test expects)."""
-    return {b.id: [str(e.relative_path) for e in b.entries] for b in boards(entries)}
+    return {b.id: [str(e.relative_path) for e in b.entries] for b in boards(entries, verified)}

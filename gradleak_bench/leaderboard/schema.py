@@ -129,8 +129,12 @@ class Entry:
         return data
 
     def to_json(self) -> str:
-        text = json.dumps(self.to_dict(), indent=1, allow_nan=False)
-        return _NUMBER_LIST.sub(lambda m: "[" + ", ".join(re.split(r",\s*", m.group(1))) + "]", text) + "\n"
+        return compact_lists(json.dumps(self.to_dict(), indent=1, allow_nan=False)) + "\n"
+
+
+def compact_lists(text: str) -> str:
+    """Indented JSON with every array of numbers (per-episode rows) on one line."""
+    return _NUMBER_LIST.sub(lambda m: "[" + ", ".join(re.split(r",\s*", m.group(1))) + "]", text)
 
 
 def _drop_none(value: Any) -> Any:

@@ -1,5 +1,6 @@
-"""``gradleak-bench verify``: re-run an entry's own code on a seeded random subset of the held-out episodes
-and check everything the entry claims (docs/leaderboard.md, "What verify checks").
+"""``gradleak-bench verify``: re-run an entry's own code on a seeded random subset of the public held-out
+episodes and on fresh layouts drawn after the entry was fixed, check everything the entry claims, and write the
+verification record the leaderboard ranks by (docs/leaderboard.md, "What verify checks").
 
 Before anything runs: the entry's values must be possible and its summary the one its own per-episode rows
 give (:mod:`.checks`), the dataset must be the official split (recomputed from the manifest), and the code
@@ -7,16 +8,19 @@ must be the code the entry binds (:mod:`.binding`). Then, for each statistic (ev
 references, its leakage, its failed frames) with the entry's per-episode rows ``x_1..x_n`` and the re-run's
 values ``y_1..y_k``::
 
-    s   = sd(x)                                        # the spread of the entry's own rows
+    s   = sd(y, y_fresh)                               # the verifier's own spread, never the entry's
     tol = Z * s / sqrt(k) + 1e-6 * max(1, |mean(x)|)
     pass iff |mean(y) - mean(x)| <= tol
 
-and, on ``layouts`` fresh layouts drawn from a secret seed, the drop of each metric in its own direction::
+(``y_fresh``: the same statistic on the fresh layouts; the two samples' variances are pooled), and, on ``layouts``
+fresh layouts drawn from a secret seed, the drop of each metric in its own direction::
 
     drop = (mean(x) - f) if higher_is_better else (f - mean(x))
-    flag iff drop > Z * sqrt(s^2 / L + s_f^2 / k_f) + 1e-6 * max(1, |mean(x)|)
+    refuse iff drop > Z * sqrt(s_y^2 / L + s_f^2 / k_f) + 1e-6 * max(1, |mean(x)|)
 
-(``L`` the entry's test layouts, ``f``, ``s_f`` the fresh mean and sd over ``k_f`` fresh layouts).
+(``L`` the entry's test layouts, ``s_y`` the re-run's sd, ``f``, ``s_f`` the fresh mean and sd over ``k_f``
+fresh layouts). A committed record is checked the same way against fresh layouts of the checker's own
+(:func:`check_record`).
 
 Plug-in code never runs in the verifier's process: the scorer (:class:`gradleak_bench.run.evaluation.Scorer`)
 runs here and holds the truth; each plug-in runs sealed in its own process and answers with plain arrays, so a
@@ -36,6 +40,7 @@ import numpy as np
 
 from gradleak_bench.errors import CorruptFileError
 from gradleak_bench.leaderboard import binding, checks
+from gradleak_bench.leaderboard.record import VerificationRecord
 from gradleak_bench.leaderboard.schema import Entry, InvalidEntryError, UnofficialDatasetError
 
 Z = 4.0
@@ -72,9 +77,20 @@ class FreshCheck(Check):
     direction counts (``tolerance`` bounds the drop)."""
 
     def describe(self) -> str:
-        verdict = "ok" if self.ok else "FLAGGED: overfits the public test layouts"
-        return (f"{self.metric}: official {self.entry_mean:.6g}, fresh layouts {self.rerun_mean:.6g} over {self.k} "
-                f"layouts, drop {self.note} <= {self.tolerance:.3g}? {verdict}")
+        verdict = "ok" if self.ok else ("REFUSED: the public-split score is not reproduced on layouts drawn after "
+                                        "the attack was fixed (fitted to, or replaying, the public test layouts)")
+        return (f"{self.metric}: public split {self.entry_mean:.6g} (the entry), fresh layouts {self.rerun_mean:.6g} "
+                f"over {self.k} layouts, drop {self.note} <= {self.tolerance:.3g}? {verdict}")
+
+
+@dataclass(frozen=True)
+class RecordCheck(Check):
+    """A committed verification record's fresh-layout mean against fresh layouts of the checker's own."""
+
+    def describe(self) -> str:
+        verdict = "ok" if self.ok else "FAILED: the verification record is not reproduced on new fresh layouts"
+        return (f"{self.metric}: record {self.entry_mean:.6g}, new fresh layouts {self.rerun_mean:.6g} over {self.k}, "
+                f"|diff| {abs(self.rerun_mean - self.entry_mean):.3g} <= {self.tolerance:.3g}? {verdict}")
 
 
 @dataclass(frozen=True)
@@ -101,17 +117,39 @@ class Verification:
     fresh: tuple[Check, ...] = ()
     fresh_seed: int | None = None
     notes: tuple[str, ...] = field(default=())
+    fresh_run: Rerun | None = None  # the verifier's own numbers on the fresh layouts (what a record holds)
+    fresh_commitment: str | None = None
+    record_checks: tuple[Check, ...] = ()  # a committed record against the fresh layouts scored here
+
+    @property
+    def all_checks(self) -> tuple[Check, ...]:
+        return self.checks + self.fresh + self.record_checks
 
     @property
     def ok(self) -> bool:
-        return not self.problems and all(c.ok for c in self.checks + self.fresh)
+        return not self.problems and all(c.ok for c in self.all_checks)
 
     def failures(self) -> list[str]:
-        return list(self.problems) + [c.describe() for c in self.checks + self.fresh if not c.ok]
+        return list(self.problems) + [c.describe() for c in self.all_checks if not c.ok]
 
 
-def check_statistic(metric: str, entry_rows: list[float], rerun_values: list[float]) -> Check:
-    """The rule of the module docstring for one statistic."""
+def spread(*samples: Any) -> float:
+    """The pooled standard deviation of the verifier's own samples of one statistic (undefined values left
+    out; 0 when no sample has two values)."""
+    dof, total = 0, 0.0
+    for sample in samples:
+        v = checks.as_values(sample) if sample is not None else np.empty(0)
+        v = v[np.isfinite(v)]
+        if v.size > 1:
+            dof += v.size - 1
+            total += float(v.var(ddof=1)) * (v.size - 1)
+    return math.sqrt(total / dof) if dof else 0.0
+
+
+def check_statistic(metric: str, entry_rows: list[float], rerun_values: list[float],
+                    fresh_values: list[float] | None = None) -> Check:
+    """The rule of the module docstring for one statistic: the tolerance comes from the verifier's re-run
+    (and, when given, the same statistic on the fresh layouts), never from the entry's rows."""
     # NaN (null in the entry) is a metric undefined on that episode by its truth, on both sides: left out
     x = checks.as_values(entry_rows)
     y = [v for v in checks.as_values(rerun_values) if math.isfinite(v)]
@@ -124,16 +162,16 @@ def check_statistic(metric: str, entry_rows: list[float], rerun_values: list[flo
     mu = float(x.mean())
     if not y:  # every re-run episode happens to leave it undefined: nothing to compare, nothing contradicted
         return Check(metric, mu, math.nan, 0, 0.0, True, " (undefined on every re-run episode)")
-    s = float(x.std(ddof=1)) if x.size > 1 else 0.0
     k = len(y)
     m = float(np.mean(y))
-    tol = Z * s / math.sqrt(k) + atol(mu)
+    tol = Z * spread(y, fresh_values) / math.sqrt(k) + atol(mu)
     return Check(metric, mu, m, k, tol, abs(m - mu) <= tol)
 
 
 def check_fresh(metric: str, higher_is_better: bool, entry_rows: list[float], ids: tuple[str, ...],
-                fresh_values: list[float]) -> FreshCheck:
-    """The fresh-layout rule of the module docstring for one metric."""
+                fresh_values: list[float], rerun_values: list[float] | None = None) -> FreshCheck:
+    """The fresh-layout rule of the module docstring for one metric (``rerun_values``: the verifier's re-run
+    of the public episodes, whose spread stands for the public score's; without it, the fresh spread does)."""
     x = checks.as_values(entry_rows)
     x = x[np.isfinite(x)]
     f = [v for v in checks.as_values(fresh_values) if math.isfinite(v)]
@@ -141,8 +179,8 @@ def check_fresh(metric: str, higher_is_better: bool, entry_rows: list[float], id
     if not x.size or not f:  # undefined everywhere on one side: no drop can be measured
         return FreshCheck(f"fresh:{metric}", mu, math.nan, len(f), 0.0, True, "n/a (undefined on those episodes)")
     layouts = len({i.split("-E")[0] for i in ids}) or len(ids)
-    s = float(x.std(ddof=1)) if x.size > 1 else 0.0
-    s_f = float(np.std(f, ddof=1)) if len(f) > 1 else 0.0
+    s_f = spread(f)
+    s = spread(rerun_values) if rerun_values is not None and spread(rerun_values) > 0 else s_f
     mean_f = float(np.mean(f))
     drop = (mu - mean_f) if higher_is_better else (mean_f - mu)
     tol = Z * math.sqrt(s**2 / layouts + s_f**2 / len(f)) + atol(mu)
@@ -171,7 +209,8 @@ def admit(entry: Entry, allow_unofficial: bool = False, attack: str | None = Non
 # --- the re-run (sealed: plug-in code runs only in its own processes, never in the verifier's) ---------------
 
 
-def _config(entry: Entry, folder: Path, tmp: Path, episodes: int | None, seed: int | None, priors: bool) -> Any:
+def _config(entry: Entry, folder: Path, tmp: Path, episodes: int | None, seed: int | None, priors: bool,
+            control: bool | None = None) -> Any:
     from gradleak_bench.leaderboard.checks import standard_dataset
     from gradleak_bench.run.config import EvaluateConfig
 
@@ -186,7 +225,7 @@ def _config(entry: Entry, folder: Path, tmp: Path, episodes: int | None, seed: i
         protocol=standard_dataset(entry.task, entry.victim, entry.checkpoint, entry.split, entry.dataset).protocol,
         metrics=_metrics(entry),
         out=str(tmp / "run"), wandb="disabled", sealed=True, priors=priors,
-        control=any(m.control is not None for m in entry.metrics.values()),
+        control=any(m.control is not None for m in entry.metrics.values()) if control is None else control,
     )
 
 
@@ -224,7 +263,8 @@ def fresh_rerun(entry: Entry, folder: Path, layouts: int, secret: int, progress:
     from gradleak_bench.run.fresh import FreshLayouts
 
     with tempfile.TemporaryDirectory(prefix="gradleak-verify-fresh-") as tmp:
-        result = Scorer(_config(entry, folder, Path(tmp), None, None, priors)).evaluate(
+        # the swap control is the verifier's, whatever the entry scored: it is one of the references it ranks by
+        result = Scorer(_config(entry, folder, Path(tmp), None, None, priors, control=True)).evaluate(
             fresh_layouts=FreshLayouts(secret, layouts), progress=progress, resume=False)
     return rerun_from(result.summary, [r.flat() for r in result.rows], "the fresh-layout run")
 
@@ -266,8 +306,9 @@ def rerun_from(summary: dict[str, Any], rows: list[dict[str, Any]], where: str) 
 # --- the comparison -----------------------------------------------------------------------------------------
 
 
-def compare(entry: Entry, result: Rerun) -> Verification:
-    """Check every statistic of ``entry`` against the re-run by the rule of the module docstring."""
+def compare(entry: Entry, result: Rerun, fresh: Rerun | None = None) -> Verification:
+    """Check every statistic of ``entry`` against the re-run by the rule of the module docstring (``fresh``:
+    the fresh-layout run, whose values join the re-run's in the spread of each statistic)."""
     problems = list(result.failures)
     if result.checkpoint_id != entry.checkpoint_id:
         problems.append(f"checkpoint_id: re-run used {result.checkpoint_id!r}, entry says {entry.checkpoint_id!r}")
@@ -282,25 +323,33 @@ def compare(entry: Entry, result: Rerun) -> Verification:
     for name in sorted(set(entry.metrics) & result.metrics):
         m = entry.metrics[name]
         problems += _undefined_mismatch(name, rows, result)
-        found.append(check_statistic(name, rows.values[name], result.values[name]))
+        f_values = fresh.values.get(name) if fresh else None
+        f_controls = fresh.controls.get(name) if fresh else None
+        f_refs = fresh.references.get(name, {}) if fresh else {}
+        found.append(check_statistic(name, rows.values[name], result.values[name], f_values))
         controls = rows.controls.get(name)
         if controls is not None:
-            found.append(check_statistic(f"{name}.control", controls, result.controls[name]))
+            found.append(check_statistic(f"{name}.control", controls, result.controls[name], f_controls))
             baseline = checks.leakage_baseline(m, controls, rows.references.get(name, {}))
             found.append(check_statistic(
                 f"{name}.leakage", checks.paired(rows.values[name], baseline),
-                checks.paired(result.values[name], result.controls[name])))
+                checks.paired(result.values[name], result.controls[name]),
+                _paired_or_none(f_values, f_controls)))
         entry_refs, rerun_refs = rows.references.get(name, {}), result.references.get(name, {})
         for ref, ref_rows in sorted(entry_refs.items()):
             if ref in rerun_refs:
-                found.append(check_statistic(f"{name}.references.{ref}", ref_rows, rerun_refs[ref]))
+                found.append(check_statistic(f"{name}.references.{ref}", ref_rows, rerun_refs[ref], f_refs.get(ref)))
         best, prior_rows = checks.best_prior_rows(m, entry_refs)
         if best is not None and best in rerun_refs:
             found.append(check_statistic(
                 f"{name}.prior_leakage", checks.paired(rows.values[name], prior_rows),
-                checks.paired(result.values[name], rerun_refs[best])))
+                checks.paired(result.values[name], rerun_refs[best]), _paired_or_none(f_values, f_refs.get(best))))
         found += _failed_frames(name, m.failed_frames, rows.failed_frames.get(name), result, problems)
     return Verification(entry, result.ids, tuple(found), tuple(problems))
+
+
+def _paired_or_none(values: list[float] | None, baseline: list[float] | None) -> Any:
+    return None if values is None or baseline is None else checks.paired(values, baseline)
 
 
 def _undefined_mismatch(name: str, rows: Any, result: Rerun) -> list[str]:
@@ -329,33 +378,120 @@ def _failed_frames(name: str, total: int, per_episode: list[int] | None, result:
 # --- the whole command ------------------------------------------------------------------------------------
 
 
-FRESH_LAYOUTS = 8
-"""Fresh layouts scored by default (one episode each)."""
+FRESH_LAYOUTS = 16
+"""Fresh layouts scored by default (one episode each): a third of the public split's 48 episodes, enough for a
+CI per metric (docs/leaderboard.md, "Fresh layouts decide")."""
 
 
 def verify_entry(entry: Entry, folder: Path, episodes: int = 8, seed: int = 0, attack: str | None = None,
                  allow_unofficial: bool = False, progress: bool = False,
-                 fresh_layouts: int = FRESH_LAYOUTS, priors: bool = True) -> Verification:
-    """Admit ``entry``, re-run it on a seeded random subset of ``episodes`` held-out episodes and compare; then
-    score it on ``fresh_layouts`` layouts drawn from a secret seed (0: skip) and flag a drop. ``priors=False``
-    skips re-scoring the gradient-free priors (their rows are still checked against the entry's summary)."""
+                 fresh_layouts: int = FRESH_LAYOUTS, priors: bool = True,
+                 record: VerificationRecord | None = None) -> Verification:
+    """Admit ``entry``, re-run it on a seeded random subset of ``episodes`` public held-out episodes, score it
+    on ``fresh_layouts`` layouts drawn from a secret seed (0: skip), and compare (module docstring).
+    ``priors=False`` skips re-scoring the gradient-free priors (their rows are still checked against the
+    entry's summary; no record can be made). ``record``: a committed verification record to check against the
+    fresh layouts scored here (what CI does)."""
     admit(entry, allow_unofficial, attack, folder)
-    verdict = compare(entry, rerun(entry, folder, episodes, seed, progress, priors))
+    public = rerun(entry, folder, episodes, seed, progress, priors)
     if fresh_layouts <= 0:
-        return verdict
+        return compare(entry, public)
     secret = int.from_bytes(os.urandom(8), "little") >> 1  # drawn now: it did not exist when the attack was written
     fresh = fresh_rerun(entry, folder, fresh_layouts, secret, progress, priors)
+    verdict = compare(entry, public, fresh)
     checks_ = tuple(check_fresh(name, entry.metrics[name].higher_is_better, entry.episodes.values[name],
-                                entry.episodes.ids, fresh.values[name])
+                                entry.episodes.ids, fresh.values[name], public.values.get(name))
                     for name in sorted(set(entry.metrics) & fresh.metrics))
     problems = verdict.problems + tuple(f"fresh layouts: {p}" for p in fresh.failures)
+    record_checks: tuple[Check, ...] = ()
+    if record is not None:
+        found, missing = check_record(record, public, fresh)
+        record_checks, problems = tuple(found), problems + tuple(missing)
+    from gradleak_bench.run.fresh import FreshLayouts
+
+    commitment = FreshLayouts(secret, fresh_layouts).commitment
     note = (f"fresh layouts: {len(fresh.ids)} layouts from secret seed {secret} (drawn at verify time, "
-            "published only now)")
-    return dataclasses.replace(verdict, fresh=checks_, fresh_seed=secret, problems=problems, notes=(note,))
+            f"published only now; commitment {commitment[:16]}...)")
+    return dataclasses.replace(verdict, fresh=checks_, fresh_seed=secret, problems=problems, notes=(note,),
+                               fresh_run=fresh, fresh_commitment=commitment, record_checks=record_checks)
 
 
-def verify_file(path: str | Path, **kwargs) -> Verification:
+def verify_file(path: str | Path, check_committed_record: bool = False, **kwargs) -> Verification:
+    """:func:`verify_entry` on an entry file; ``check_committed_record``: check the entry's committed, current
+    verification record against the fresh layouts scored here (refused when it has none)."""
+    from gradleak_bench.leaderboard import record as records
     from gradleak_bench.leaderboard.schema import load_entry
 
     path = Path(path)
-    return verify_entry(load_entry(path), path.parent, **kwargs)
+    entry = load_entry(path)
+    if check_committed_record:
+        root = records.entries_root(path, entry.relative_path)
+        found, why = records.current(root, entry.relative_path) if root else (None, "not at its canonical path")
+        if found is None:
+            raise InvalidEntryError(f"{path}: no current verification record to check ({why})")
+        kwargs["record"] = found
+    return verify_entry(entry, path.parent, **kwargs)
+
+
+def check_record(record: VerificationRecord, public: Rerun, fresh: Rerun) -> tuple[list[Check], list[str]]:
+    """A committed record's per-layout rows against fresh layouts drawn here: each mean must agree within
+    ``Z`` standard errors of the difference of two means, the spread being this checker's own (its public
+    re-run and its fresh layouts pooled). A forged record (raised values, lowered priors or control) or a
+    record made on layouts the plug-in knew is contradicted by layouts it cannot know."""
+    found: list[Check] = []
+    problems = [f"verification record: metric {n} is scored on fresh layouts but missing from the record"
+                for n in sorted(fresh.metrics - set(record.metrics))]
+    for name in sorted(set(record.metrics) & fresh.metrics):
+        m = record.metrics[name]
+        pairs = [(name, m.values, fresh.values[name], public.values.get(name))]
+        if m.controls is not None and name in fresh.controls:
+            pairs.append((f"{name}.control", m.controls, fresh.controls[name], public.controls.get(name)))
+        for ref, rows in sorted(m.references.items()):
+            if ref in fresh.references.get(name, {}):
+                pairs.append((f"{name}.references.{ref}", rows, fresh.references[name][ref],
+                              public.references.get(name, {}).get(ref)))
+        for label, recorded, new, own in pairs:
+            r = checks.as_values(recorded)
+            r = r[np.isfinite(r)]
+            z = [v for v in checks.as_values(new) if math.isfinite(v)]
+            if not r.size or not z:
+                continue
+            mu = float(r.mean())
+            tol = Z * spread(z, own) * math.sqrt(1 / len(z) + 1 / r.size) + atol(mu)
+            found.append(RecordCheck(f"record:{label}", mu, float(np.mean(z)), len(z), tol,
+                                     abs(float(np.mean(z)) - mu) <= tol))
+    return found, problems
+
+
+def make_record(entry: Entry, entry_file: Path, verification: Verification, public_seed: int
+                ) -> VerificationRecord:
+    """The record of a passing verification: the verifier's own fresh-layout rows per metric (the attack, its
+    swap control, every prior), the entry's public-split score beside them, the seed now published."""
+    import datetime
+
+    import gradleak_bench
+    from gradleak_bench.leaderboard import record as records
+
+    fresh = verification.fresh_run
+    if not verification.ok or fresh is None or verification.fresh_seed is None:
+        raise ValueError("a verification record is made only of a passing verification with fresh layouts")
+    metrics = {}
+    for name in sorted(set(entry.metrics) & fresh.metrics):
+        refs = {k: tuple(_none(v)) for k, v in fresh.references.get(name, {}).items() if k.startswith("prior:")}
+        controls = fresh.controls.get(name)
+        metrics[name] = records.FreshMetric(
+            higher_is_better=entry.metrics[name].higher_is_better, values=tuple(_none(fresh.values[name])),
+            references=refs, controls=tuple(_none(controls)) if controls and any(map(math.isfinite, controls)) else None,
+            public=entry.metrics[name].interval)
+    return records.VerificationRecord(
+        entry=entry.relative_path.as_posix(), entry_sha256=records.entry_sha256(entry_file),
+        checkpoint_id=entry.checkpoint_id, dataset_identity=entry.dataset_identity,
+        verified_at=datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
+        verifier_version=gradleak_bench.__version__, verifier_source_sha256=records.source_sha256(),
+        verifier_commit=records.git_commit(), public_episodes=len(verification.episode_ids),
+        public_seed=public_seed, fresh_seed=verification.fresh_seed,
+        fresh_commitment=verification.fresh_commitment or "", fresh_ids=fresh.ids, metrics=metrics)
+
+
+def _none(values: list[float]) -> list[float | None]:
+    return [v if math.isfinite(v) else None for v in values]
