@@ -184,6 +184,10 @@ def evaluate(
     split: str = typer.Option("test", help="test (held-out layouts), val or train; append -full (test-full) for "
                                             "full-length episodes instead of 8 steps (trajectory attacks)"),
     episodes: Optional[int] = typer.Option(None, help="score only the first N episodes (one per layout in turn)"),
+    fresh: int = typer.Option(0, "--fresh", min=0, max=10_000, metavar="N",
+                              help="score N fresh layouts drawn from os.urandom now, their truth generated after "
+                                   "the plug-ins start and never written to disk: the honest (official-protocol) "
+                                   "number, instead of the public development split anyone can regenerate"),
     seed: int = typer.Option(0, help="seed of the defense's randomness and the bootstrap"),
     dataset_seed: int = typer.Option(0, help="held-out draw: 0 is the standard (official) split; N scores the "
                                      "episodes `generate --seed N` draws in the same held-out layouts (unofficial)"),
@@ -216,11 +220,15 @@ def evaluate(
     via bubblewrap): they get only what the threat model gives them (docs/evaluate.md). Without bubblewrap the
     run is unsealed, with a warning, and cannot be submitted.
 
+    By default it scores the public held-out split: fast, cached, reproducible, and a development number
+    (anyone can regenerate those episodes). --fresh N scores N layouts drawn now instead: the number the
+    leaderboard's protocol stands behind.
+
     Writes OUT/results.json (metrics with 95% bootstrap CIs, the control and the leakage = metric - control),
     OUT/episodes.csv (one row per episode), reconstruction pictures when images are reconstructed, and a W&B
     run (offline unless --wandb online).
 
-    Example: gradleak-bench evaluate closed_form --defense topk -D keep=0.1
+    Example: gradleak-bench evaluate closed_form --defense topk -D keep=0.1 --fresh 16
     """
     from gradleak_bench import plugins
     from gradleak_bench.run.config import EvaluateConfig
@@ -237,10 +245,14 @@ def evaluate(
     )
     from gradleak_bench.run.executors import get_executor
 
+    layouts = fresh_layouts(fresh, config)
     with get_executor(executor, ray_address) as ex:  # a missing extra or a bad address fails before any work
-        result = run_evaluate(config, resume=resume, executor=ex)
+        result = run_evaluate(config, resume=resume, executor=ex, fresh_layouts=layouts)
     _state["durable"] = True  # every file is written and closed, the plug-in processes and the executor ended
     print_summary(result.summary)
+    if layouts is not None:
+        console.print(f"fresh layouts: {layouts.n} drawn from seed {layouts.seed}, published now that the run is "
+                      f"over (commitment {layouts.commitment[:16]}...)", markup=False, highlight=False, soft_wrap=True)
     for row in result.rows:
         if row.status != "ok":
             err_console.print(f"episode {row.episode_id} failed: {row.error}", markup=False, highlight=False)
@@ -251,6 +263,24 @@ def evaluate(
         err_console.print(f"[red]{result.n_failed} of {len(result.rows)} episodes failed[/red] (rows kept in episodes.csv)")
     if result.n_failed or result.problems:
         raise typer.Exit(3)
+
+
+def fresh_layouts(n: int, config) -> object | None:
+    """``--fresh N``: N layouts from a seed drawn now from os.urandom (None for N = 0); refuses what cannot
+    go with it, naming the option."""
+    if not n:
+        return None
+    import os
+
+    from gradleak_bench.run.fresh import FreshLayouts
+
+    clashes = {"--episodes": config.episodes is not None, "--dataset-seed": config.dataset_seed != 0,
+               "--gradients": config.gradients is not None, "--executor ray": config.executor != "local",
+               "--unsealed": config.sealed is False, "--split train/val": config.split not in ("test", "test-full")}
+    if bad := [k for k, v in clashes.items() if v]:
+        raise GradleakError(f"--fresh {n} scores layouts drawn now and cannot be combined with {', '.join(bad)} "
+                            "(fresh layouts are scored sealed, locally, on the test or test-full protocol)")
+    return FreshLayouts(int.from_bytes(os.urandom(8), "little") >> 1, n)
 
 
 def print_summary(summary: dict) -> None:

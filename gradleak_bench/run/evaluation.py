@@ -179,7 +179,8 @@ def _sealing(config: EvaluateConfig, fresh: FreshLayouts | None) -> tuple[Evalua
     if config.sealed:
         return config, require_isolation(f"the plug-ins of this run ({config.attack}, defense {config.defense})")
     if fresh is not None:
-        raise GradleakError("fresh-layout scoring is for verification and is always sealed; drop --unsealed")
+        raise GradleakError("fresh-layout scoring is always sealed (an unsealed plug-in could read the fresh "
+                            "truth in the scorer's process): drop --unsealed")
     warnings.warn("unsealed run: the plug-ins run inside the scorer's process and could read the truth; the "
                   "results are marked unsealed and can never be submitted", stacklevel=3)
     return config, None
@@ -379,7 +380,10 @@ class _Run:
             "dataset": dataset.config.key, "dataset_sha256": dataset.sha256,
             "dataset_identity": getattr(dataset, "identity", dataset.sha256), "dataset_official": official,
             "sealed": config.sealed, "isolation": self.mechanism,
-            "fresh_layouts": None if self.fresh is None else {"n": self.fresh.n, "commitment": self.fresh.commitment},
+            "split_role": split_role(config.split, self.fresh is not None),
+            # the seed is published only now, after every episode is scored (the commitment was fixed before)
+            "fresh_layouts": None if self.fresh is None else {"n": self.fresh.n, "commitment": self.fresh.commitment,
+                                                              "seed": int(self.fresh.seed)},
             "n_episodes": len(rows), "n_failed": len(rows) - len(ok), "n_frames": frames,
             "ms_per_frame": (sum(r.attack_ms for r in ok) / frames) if frames else math.nan,
             "fit_seconds": self.fit_seconds,
@@ -390,6 +394,21 @@ class _Run:
         if problems:
             summary["problems"] = problems
         return summary
+
+
+SPLIT_ROLES = {
+    "development": "the public held-out split: anyone can regenerate its episodes from public code, so its "
+                   "score is a development number, never an official one (evaluate --fresh N or verify)",
+    "fresh": "layouts drawn from os.urandom after the plug-ins started, their truth generated in the scorer and "
+             "never written to disk: the official protocol (docs/leaderboard.md)",
+}
+
+
+def split_role(split: str, fresh: bool) -> str | None:
+    """What a run's score stands for (:data:`SPLIT_ROLES`); None for the train and val splits."""
+    if fresh:
+        return "fresh"
+    return "development" if split in ("test", "test-full") else None
 
 
 def _versions() -> dict[str, str]:

@@ -162,7 +162,9 @@ def _plain(value: Any) -> Any:
 
 
 def _flat_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    flat = {"n_failed": summary["n_failed"], "ms_per_frame": summary["ms_per_frame"]}
+    flat = {"n_failed": summary["n_failed"], "ms_per_frame": summary["ms_per_frame"],
+            # development (the public split: regenerable, never official) or fresh (layouts drawn at run time)
+            "split_role": summary.get("split_role")}
     for name, m in summary["metrics"].items():
         flat[name] = m["mean"]
         flat[f"{name}/ci_low"], flat[f"{name}/ci_high"] = m["ci_low"], m["ci_high"]
