@@ -40,3 +40,23 @@ def _shared_cache(factory: pytest.TempPathFactory):
 @pytest.fixture
 def cache_dir() -> str:
     return os.environ["GRADLEAK_BENCH_CACHE"]
+
+
+_RUNS: dict[str, object] = {}
+
+
+@pytest.fixture
+def official_run(tmp_path_factory: pytest.TempPathFactory):
+    """A complete official run of closed_form on PointNav ppo init, made once per session (function-scoped so
+    that the hermetic cache is already set when it runs)."""
+    import subprocess
+    import sys
+
+    if "closed_form" not in _RUNS:
+        out = tmp_path_factory.mktemp("official-run") / "run"
+        result = subprocess.run([sys.executable, "-m", "gradleak_bench.cli", "evaluate", "closed_form", "--out", str(out),
+                                 "--wandb", "disabled"], capture_output=True, text=True, timeout=900,
+                                env=dict(os.environ, COLUMNS="200"))
+        assert result.returncode == 0, result.stderr[-3000:]
+        _RUNS["closed_form"] = out
+    return _RUNS["closed_form"]

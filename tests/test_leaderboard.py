@@ -282,19 +282,6 @@ MY_ATTACK = textwrap.dedent("""
 """)
 
 
-_RUNS: dict[str, Path] = {}
-
-
-@pytest.fixture
-def official_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A complete official run of closed_form on PointNav ppo init, made once per session (function-scoped so
-    that the hermetic cache is already set when it runs)."""
-    if "closed_form" not in _RUNS:
-        out = tmp_path_factory.mktemp("official-run") / "run"
-        result = cli("evaluate", "closed_form", "--out", str(out), "--wandb", "disabled")
-        assert result.returncode == 0, result.stderr[-3000:]
-        _RUNS["closed_form"] = out
-    return _RUNS["closed_form"]
 
 
 @pytest.fixture
