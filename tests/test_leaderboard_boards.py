@@ -13,9 +13,10 @@ import pytest
 
 from gradleak_bench.errors import CorruptFileError
 from gradleak_bench.leaderboard import thumbnails
-from gradleak_bench.leaderboard.boards import board_metrics, boards, fmt, metric_fields
+from gradleak_bench.leaderboard.boards import board_metrics, boards, fmt, headline, metric_fields
 from gradleak_bench.leaderboard.make_thumbnails import SHOWN_FIELDS, regenerate, shown_priors
-from gradleak_bench.leaderboard.render import Shown, checked_entries, current_thumbnails, render, render_markdown
+from gradleak_bench.leaderboard.render import (Shown, checked_entries, current_records, current_thumbnails, render,
+                                               render_markdown)
 from gradleak_bench.leaderboard.schema import load_entries, load_entry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,10 +29,11 @@ IMAGES = ENTRIES / "ActivePerception" / "none" / "qgi__dqn-init.json"
 # --- boards -------------------------------------------------------------------------------------------------
 
 
-def test_every_entry_is_on_the_board_of_each_field_it_scores_ranked_by_leakage_over_the_best_prior():
+def test_every_entry_is_on_the_board_of_each_field_it_scores_ranked_by_its_verified_fresh_leakage():
     entries = load_entries(ENTRIES)
     field_of = metric_fields()
-    found = {(b.task, b.field): b for b in boards(entries)}
+    verified, _ = current_records(entries, ENTRIES)
+    found = {(b.task, b.field): b for b in boards(entries, verified)}
     for e in entries:
         for name in {field_of[m] for m in e.metrics}:
             assert e in found[(e.task, name)].entries
@@ -39,32 +41,41 @@ def test_every_entry_is_on_the_board_of_each_field_it_scores_ranked_by_leakage_o
             ("ActivePerception", "bbox")} <= set(found)
     for board in found.values():
         ranked = [e for e in board.entries if board.ranked(e)]
+        assert all(str(e.relative_path) in verified for e in ranked)  # only a verification record ranks
         m = [e.metrics[board.metric] for e in ranked]
         sign = 1 if (m and m[0].higher_is_better) else -1
-        keys = [sign * (x.prior_leakage or x.leakage).mean for x in m]
+        keys = [sign * headline(e, board.metric, verified).mean for e in ranked]
         assert keys == sorted(keys, reverse=True), board.id
         assert list(board.entries[:len(ranked)]) == ranked  # unranked ones come after
 
 
-def test_a_board_names_the_best_prior_and_shows_the_swap_control_beside_the_headline():
+def test_a_board_names_the_strongest_reference_and_shows_the_public_split_beside_the_headline():
     entries = load_entries(ENTRIES)
-    md = render_markdown(entries, Shown(entries, current_thumbnails(entries, ENTRIES)))
+    verified, status = current_records(entries, ENTRIES)
+    md = render_markdown(entries, Shown(entries, current_thumbnails(entries, ENTRIES), verified, status))
     section = md.split("## ActivePerception: depth")[1].split("\n## ")[0]
     header = next(line for line in section.splitlines() if line.startswith("| #"))
     titles = [c.strip() for c in header.strip("|").split("|")]
-    assert titles[4] == "leakage vs best prior (depth_psnr)" and titles[5] == "best prior"
-    assert titles[6].startswith("frames") and titles[8:10] == ["leakage vs swap control", "swap control"]
+    assert titles[4] == "leakage on fresh layouts vs strongest reference (depth_psnr)"
+    assert titles[5] == "strongest reference (fresh layouts)" and titles[6].startswith("frames")
+    assert titles[7:10] == ["depth_psnr on fresh layouts", "depth_psnr on the public split (development)",
+                            "public split: leakage vs best prior"]
     qgi = next(line for line in section.splitlines() if "qgi" in line)
     cells = [c.strip() for c in qgi.strip("|").split("|")]
     m = load_entry(IMAGES).metrics["depth_psnr"]
-    assert cells[5].startswith(m.best_prior.removeprefix("prior:") + ":")
-    assert cells[4].startswith(f"{fmt(m.prior_leakage.mean)} [")
+    record = verified[str(load_entry(IMAGES).relative_path)].metrics["depth_psnr"]
+    reference = record.strongest_reference.removeprefix("prior:").replace("swap_control", "swap control")
+    assert cells[5].startswith(reference.replace("_", "\\_") + ":") or cells[5].startswith(reference + ":")
+    assert cells[4].startswith(f"{fmt(record.leakage.mean)} [")
+    assert cells[8].startswith(f"{fmt(m.mean)} [")
+    assert cells[9].endswith(f"vs {m.best_prior.removeprefix('prior:')}")
     assert cells[6].startswith("![qgi depth: ") and "median\\_frame" in cells[6]
     assert cells[6].endswith("](thumbnails/ActivePerception/none/qgi__dqn-init.depth.png)")
 
 
 def test_an_attack_behind_a_defense_is_ranked_on_the_same_board_and_a_defense_that_stops_it_ranks_low():
-    board = next(b for b in boards(load_entries(ENTRIES)) if b.id == "board-PointNav-action")
+    entries = load_entries(ENTRIES)
+    board = next(b for b in boards(entries, current_records(entries, ENTRIES)[0]) if b.id == "board-PointNav-action")
     defenses = [e.defense for e in board.entries if e.attack == "closed_form" and e.victim == "ppo"
                 and e.checkpoint == "init"]
     assert {"none", "topk", "dp_sgd", "clip_norm", "quantize", "correlated_noise", "temporal_mean"} <= set(defenses)

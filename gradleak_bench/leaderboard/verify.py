@@ -9,14 +9,14 @@ references, its leakage, its failed frames) with the entry's per-episode rows ``
 values ``y_1..y_k``::
 
     s   = sd(y, y_fresh)                               # the verifier's own spread, never the entry's
-    tol = Z * s / sqrt(k) + 1e-6 * max(1, |mean(x)|)
+    tol = Z * s / sqrt(k) + 0.005 * max(1, |mean(x)|)   # + an immaterial difference (MATERIAL)
     pass iff |mean(y) - mean(x)| <= tol
 
 (``y_fresh``: the same statistic on the fresh layouts; the two samples' variances are pooled), and, on ``layouts``
 fresh layouts drawn from a secret seed, the drop of each metric in its own direction::
 
     drop = (mean(x) - f) if higher_is_better else (f - mean(x))
-    refuse iff drop > Z * sqrt(s_y^2 / L + s_f^2 / k_f) + 1e-6 * max(1, |mean(x)|)
+    refuse iff drop > Z * sqrt(s_y^2 / L + s_f^2 / k_f) + 0.005 * max(1, |mean(x)|)
 
 (``L`` the entry's test layouts, ``s_y`` the re-run's sd, ``f``, ``s_f`` the fresh mean and sd over ``k_f``
 fresh layouts). A committed record is checked the same way against fresh layouts of the checker's own
@@ -50,6 +50,17 @@ Z = 4.0
 def atol(mu: float) -> float:
     """Float round-off allowance (other CPUs give other last bits)."""
     return 1e-6 * max(1.0, abs(mu))
+
+
+MATERIAL = 0.005
+"""Differences below this fraction of a value (and below 0.005 absolute) decide no ranking and are allowed.
+Without it, a verifier sample with no spread (accuracy 1 on all of its episodes) would demand an exact match
+from an honest entry with one wrong frame in 384 elsewhere (0.9974)."""
+
+
+def floor(mu: float) -> float:
+    """The immaterial difference around ``mu`` (:data:`MATERIAL`)."""
+    return MATERIAL * max(1.0, abs(mu))
 
 
 @dataclass(frozen=True)
@@ -164,7 +175,7 @@ def check_statistic(metric: str, entry_rows: list[float], rerun_values: list[flo
         return Check(metric, mu, math.nan, 0, 0.0, True, " (undefined on every re-run episode)")
     k = len(y)
     m = float(np.mean(y))
-    tol = Z * spread(y, fresh_values) / math.sqrt(k) + atol(mu)
+    tol = Z * spread(y, fresh_values) / math.sqrt(k) + floor(mu)
     return Check(metric, mu, m, k, tol, abs(m - mu) <= tol)
 
 
@@ -183,7 +194,7 @@ def check_fresh(metric: str, higher_is_better: bool, entry_rows: list[float], id
     s = spread(rerun_values) if rerun_values is not None and spread(rerun_values) > 0 else s_f
     mean_f = float(np.mean(f))
     drop = (mu - mean_f) if higher_is_better else (mean_f - mu)
-    tol = Z * math.sqrt(s**2 / layouts + s_f**2 / len(f)) + atol(mu)
+    tol = Z * math.sqrt(s**2 / layouts + s_f**2 / len(f)) + floor(mu)
     return FreshCheck(f"fresh:{metric}", mu, mean_f, len(f), tol, drop <= tol, f"{drop:.3g}")
 
 
@@ -457,7 +468,7 @@ def check_record(record: VerificationRecord, public: Rerun, fresh: Rerun) -> tup
             if not r.size or not z:
                 continue
             mu = float(r.mean())
-            tol = Z * spread(z, own) * math.sqrt(1 / len(z) + 1 / r.size) + atol(mu)
+            tol = Z * spread(z, own) * math.sqrt(1 / len(z) + 1 / r.size) + floor(mu)
             found.append(RecordCheck(f"record:{label}", mu, float(np.mean(z)), len(z), tol,
                                      abs(float(np.mean(z)) - mu) <= tol))
     return found, problems
