@@ -87,7 +87,7 @@ def test_a_replaying_plugin_gets_nothing_on_any_board_and_cannot_pass_verify(rep
     rgb = md.read_text().split("## PointNav: RGB")[1].split("\n## ")[0]
     row = next(line for line in rgb.splitlines() if line.startswith("| –"))
     assert "replay" in row and "not verified" in row  # submitted, shown, never ranked
-    result = cli("verify", str(replay_entry), "--episodes", "2", "--fresh-layouts", "3")
+    result = cli("verify", str(replay_entry), "--episodes", "2", "--fresh-layouts", "8")
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
     refused = [line for line in result.stderr.splitlines() if line.startswith("not verified: fresh:rgb_psnr")]
     assert refused and "public split" in refused[0] and "fresh layouts" in refused[0], result.stderr[-3000:]

@@ -207,8 +207,11 @@ def test_official_is_recomputed_never_believed(monkeypatch, tmp_path):
         verify_entry(forged, SAMPLE.parent, episodes=2)
     other_draw = parse_entry(_set(sample_data(), "dataset_seed", 3))
     assert "seed 3" in checks.official_problem(other_draw)
-    # rendered: the unofficial entry is shown, unranked, below every official one
-    md = render_markdown([forged, dataclasses.replace(entry, attack="honest")])
+    # rendered: the unofficial entry is shown, unranked, below every official verified one, even with a record
+    honest = dataclasses.replace(entry, attack="honest")
+    committed = records.load(ROOT / "leaderboard" / records.FOLDER / entry.relative_path)
+    verified = {str(honest.relative_path): committed, str(forged.relative_path): committed}
+    md = render_markdown([forged, honest], Shown([forged, honest], {}, verified))
     rows = [line for line in md.splitlines() if line.startswith(("| 1 |", "| – |"))]
     assert rows[0].startswith("| 1 | honest") and rows[1].startswith("| – | closed") and "no (unranked)" in rows[1]
     monkeypatch.setattr(splits, "official_identity", lambda key, version="v0": None)
@@ -433,19 +436,24 @@ def test_verify_scores_fresh_layouts_from_a_secret_seed_and_reports_it():
 
 
 def test_forgeries_that_pass_every_static_check_fail_the_rerun():
+    """The tolerance is the verifier's own spread, estimated from its values (24 public episodes and 8 fresh
+    layouts: t(30) = 4.6 standard errors of 24), so it catches a control forged down by 1.5 of its sds."""
+    from gradleak_bench.leaderboard.verify import fresh_rerun
+
     entry = schema.load_entry(SAMPLE)
-    result = rerun(entry, SAMPLE.parent, episodes=4, seed=0, priors=False)
-    assert compare(entry, result).ok
+    result = rerun(entry, SAMPLE.parent, episodes=24, seed=0, priors=False)
+    fresh = fresh_rerun(entry, SAMPLE.parent, 8, secret=123456789, priors=False)
+    assert compare(entry, result, fresh).ok
     data = sample_data()
     n = len(data["episodes"]["ids"])
     forgeries = {
-        "action_accuracy.control": forge_rows(data, "action_accuracy", "control", [0.05] * n),
+        "action_accuracy.control": forge_rows(data, "action_accuracy", "control", [0.0] * n),
         "action_hist_tv": forge_rows(data, "action_hist_tv", "metric", [0.2] * n),
     }
     for metric, forged in forgeries.items():
         forged_entry = parse_entry(forged)
         assert checks.problems(forged_entry) == []  # consistent with its own (forged) rows
-        verdict = compare(forged_entry, result)
+        verdict = compare(forged_entry, result, fresh)
         assert not verdict.ok and any(f.startswith(metric + ":") for f in verdict.failures()), verdict.failures()
     missing = _set(data, "metrics.action_hist_tv", KeyError)
     missing["episodes"]["values"].pop("action_hist_tv")

@@ -9,14 +9,17 @@ references, its leakage, its failed frames) with the entry's per-episode rows ``
 values ``y_1..y_k``::
 
     s   = sd(y, y_fresh)                               # the verifier's own spread, never the entry's
-    tol = Z * s / sqrt(k) + 0.005 * max(1, |mean(x)|)   # + an immaterial difference (MATERIAL)
+    tol = t(dof) * s / sqrt(k) + 0.005 * max(1, |mean(x)|)   # + an immaterial difference (MATERIAL)
     pass iff |mean(y) - mean(x)| <= tol
 
-(``y_fresh``: the same statistic on the fresh layouts; the two samples' variances are pooled), and, on ``layouts``
+(``y_fresh``: the same statistic on the fresh layouts; the two samples' variances are pooled; ``t(dof)`` the
+Student quantile with the same false-alarm rate as ``Z`` standard errors of a normal, since ``s`` is estimated
+from the verifier's few values), a prior's rows must equal the re-run's on every re-run episode (a prior is
+the benchmark's own, deterministic), and, on ``layouts``
 fresh layouts drawn from a secret seed, the drop of each metric in its own direction::
 
     drop = (mean(x) - f) if higher_is_better else (f - mean(x))
-    refuse iff drop > Z * sqrt(s_y^2 / L + s_f^2 / k_f) + 0.005 * max(1, |mean(x)|)
+    refuse iff drop > t(dof) * sqrt(s_y^2 / L + s_f^2 / k_f) + 0.005 * max(1, |mean(x)|)
 
 (``L`` the entry's test layouts, ``s_y`` the re-run's sd, ``f``, ``s_f`` the fresh mean and sd over ``k_f``
 fresh layouts). A committed record is checked the same way against fresh layouts of the checker's own
@@ -45,6 +48,28 @@ from gradleak_bench.leaderboard.schema import Entry, InvalidEntryError, Unoffici
 
 Z = 4.0
 """Standard errors allowed: a false alarm on one honest statistic has probability ~6e-5 (normal approx.)."""
+
+
+def critical(dof: int) -> float:
+    """The two-sided Student-t quantile with the false-alarm rate of ``Z`` normal standard errors (6.3e-5): the
+    spread is the verifier's own estimate from its few values, so its uncertainty widens the tolerance (t(7) =
+    8.9, t(22) = 4.9, t(inf) = 4.0). 0 without degrees of freedom (no spread was measured)."""
+    if dof <= 0:
+        return 0.0
+    from scipy.stats import norm, t
+
+    return float(t.isf(norm.sf(Z), dof))
+
+
+def _dof(*samples: Any) -> int:
+    """Degrees of freedom of :func:`spread` over the same samples."""
+    total = 0
+    for sample in samples:
+        if sample is not None:
+            v = checks.as_values(sample)
+            n = int(np.isfinite(v).sum())
+            total += n - 1 if n > 1 else 0
+    return total
 
 
 def atol(mu: float) -> float:
@@ -175,8 +200,24 @@ def check_statistic(metric: str, entry_rows: list[float], rerun_values: list[flo
         return Check(metric, mu, math.nan, 0, 0.0, True, " (undefined on every re-run episode)")
     k = len(y)
     m = float(np.mean(y))
-    tol = Z * spread(y, fresh_values) / math.sqrt(k) + floor(mu)
+    tol = critical(_dof(y, fresh_values)) * spread(y, fresh_values) / math.sqrt(k) + floor(mu)
     return Check(metric, mu, m, k, tol, abs(m - mu) <= tol)
+
+
+def check_same_rows(metric: str, entry_ids: tuple[str, ...], entry_rows: list[float], rerun_ids: tuple[str, ...],
+                    rerun_values: list[float]) -> Check:
+    """A statistic the benchmark computes deterministically (a gradient-free prior: fitted on train layouts,
+    applied knowing only the episode's length and key) must be the entry's row on every re-run episode, up to an
+    immaterial difference: a lowered prior row is caught on any sampled episode, whatever its spread."""
+    index = {e: i for i, e in enumerate(entry_ids)}
+    x, y = checks.as_values(entry_rows), checks.as_values(rerun_values)
+    pairs = [(x[index[e]], v) for e, v in zip(rerun_ids, y) if e in index]
+    bad = [(a, b) for a, b in pairs if not (np.isnan(a) and np.isnan(b)) and not abs(a - b) <= floor(a)]
+    mu = float(np.nanmean([a for a, _ in pairs])) if pairs else math.nan
+    m = float(np.nanmean([b for _, b in pairs])) if pairs else math.nan
+    worst = max((abs(a - b) for a, b in bad), default=0.0)
+    note = f" ({len(bad)} of {len(pairs)} episodes differ, by up to {worst:.3g})" if bad else ""
+    return Check(metric, mu, m, len(pairs), MATERIAL, not bad, note)
 
 
 def check_fresh(metric: str, higher_is_better: bool, entry_rows: list[float], ids: tuple[str, ...],
@@ -191,10 +232,16 @@ def check_fresh(metric: str, higher_is_better: bool, entry_rows: list[float], id
         return FreshCheck(f"fresh:{metric}", mu, math.nan, len(f), 0.0, True, "n/a (undefined on those episodes)")
     layouts = len({i.split("-E")[0] for i in ids}) or len(ids)
     s_f = spread(f)
-    s = spread(rerun_values) if rerun_values is not None and spread(rerun_values) > 0 else s_f
+    own = rerun_values if rerun_values is not None and spread(rerun_values) > 0 else f
+    s = spread(own)
     mean_f = float(np.mean(f))
     drop = (mu - mean_f) if higher_is_better else (mean_f - mu)
-    tol = Z * math.sqrt(s**2 / layouts + s_f**2 / len(f)) + floor(mu)
+    a, b = s**2 / layouts, s_f**2 / len(f)
+    # Welch-Satterthwaite degrees of freedom of the difference (the re-run's spread stands for the public mean's)
+    dof_a, dof_b = _dof(own), _dof(f)
+    terms = (a**2 / dof_a if dof_a else 0.0) + (b**2 / dof_b if dof_b else 0.0)
+    dof = int((a + b) ** 2 / terms) if terms > 0 else 0
+    tol = critical(dof) * math.sqrt(a + b) + floor(mu)
     return FreshCheck(f"fresh:{metric}", mu, mean_f, len(f), tol, drop <= tol, f"{drop:.3g}")
 
 
@@ -349,7 +396,8 @@ def compare(entry: Entry, result: Rerun, fresh: Rerun | None = None) -> Verifica
         entry_refs, rerun_refs = rows.references.get(name, {}), result.references.get(name, {})
         for ref, ref_rows in sorted(entry_refs.items()):
             if ref in rerun_refs:
-                found.append(check_statistic(f"{name}.references.{ref}", ref_rows, rerun_refs[ref], f_refs.get(ref)))
+                found.append(check_same_rows(f"{name}.references.{ref}", rows.ids, ref_rows, result.ids,
+                                             rerun_refs[ref]))
         best, prior_rows = checks.best_prior_rows(m, entry_refs)
         if best is not None and best in rerun_refs:
             found.append(check_statistic(
@@ -468,7 +516,7 @@ def check_record(record: VerificationRecord, public: Rerun, fresh: Rerun) -> tup
             if not r.size or not z:
                 continue
             mu = float(r.mean())
-            tol = Z * spread(z, own) * math.sqrt(1 / len(z) + 1 / r.size) + floor(mu)
+            tol = critical(_dof(z, own)) * spread(z, own) * math.sqrt(1 / len(z) + 1 / r.size) + floor(mu)
             found.append(RecordCheck(f"record:{label}", mu, float(np.mean(z)), len(z), tol,
                                      abs(float(np.mean(z)) - mu) <= tol))
     return found, problems
