@@ -214,3 +214,23 @@ def test_evaluate_reports_leakage_against_the_best_prior(tmp_path):
     best = acc["references"][acc["best_prior"]]["mean"]
     assert acc["prior_leakage"]["mean"] == pytest.approx(acc["mean"] - best)
     assert {"prior:majority_action", "prior:action_histogram"} <= set(acc["references"])
+
+
+def test_the_strongest_reference_is_the_better_of_the_best_prior_and_the_swap_control():
+    """Issue 31: leakage is never reported over something weaker than the swap control (closed_form at init:
+    the control 0.266 beats the action histogram 0.213, so the headline is 0.734, not 0.786)."""
+    from gradleak_bench.run.results import SWAP_CONTROL, Interval, MetricResult
+
+    control, prior = Interval(0.266, 0.2, 0.33), Interval(0.213, 0.18, 0.25)
+    vs_control, vs_prior = Interval(0.734, 0.69, 0.77), Interval(0.786, 0.74, 0.83)
+    m = MetricResult(1.0, 1.0, 1.0, 48, True, control=control, leakage=vs_control,
+                     references={"prior:action_histogram": prior}, best_prior="prior:action_histogram",
+                     prior_leakage=vs_prior)
+    assert m.strongest_reference == SWAP_CONTROL and m.reference_leakage == vs_control
+    assert m.headline() == {"strongest_reference": SWAP_CONTROL, "reference_leakage": vs_control.to_dict()}
+    error = MetricResult(0.1, 0.05, 0.2, 48, False, control=Interval(0.9, 0.8, 1.0), leakage=Interval(-0.8, -0.9, -0.7),
+                         references={"prior:mean": Interval(0.5, 0.4, 0.6)}, best_prior="prior:mean",
+                         prior_leakage=Interval(-0.4, -0.5, -0.3))
+    assert error.strongest_reference == "prior:mean" and error.reference_leakage.mean == -0.4  # lower error wins
+    alone = MetricResult(1.0, 1.0, 1.0, 48, True, control=control, leakage=vs_control)
+    assert alone.strongest_reference == SWAP_CONTROL and MetricResult(1.0, 1.0, 1.0, 4, True).headline() == {}

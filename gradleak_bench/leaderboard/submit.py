@@ -55,6 +55,18 @@ def read_rows(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+#: What results.json states beside each metric but an entry never stores: derived from the stored fields
+#: (:meth:`gradleak_bench.run.results.MetricResult.headline`), so a stored copy could only disagree.
+DERIVED = ("strongest_reference", "reference_leakage")
+
+
+def _stored(metrics: Any) -> Any:
+    if not isinstance(metrics, dict):
+        return metrics
+    return {name: {k: v for k, v in m.items() if k not in DERIVED} if isinstance(m, dict) else m
+            for name, m in metrics.items()}
+
+
 def episode_rows(rows: list[dict[str, Any]], metrics: dict[str, Any], source: str) -> dict[str, Any]:
     """The entry's ``episodes`` object from the run's flat rows (``metric``, ``metric/control``,
     ``metric/failed_frames``, ``metric/<reference>``): per metric, one value per scored episode."""
@@ -139,7 +151,7 @@ def entry_from_results(results: dict[str, Any], rows: list[dict[str, Any]], name
         "environment": {"torch": versions.get("torch", ""), "device": "cpu", "platform": platform.platform(),
                         "python": platform.python_version(),
                         "stable_baselines3": versions.get("stable_baselines3", "")},
-        "metrics": results["metrics"], "episodes": episode_rows(rows, results["metrics"], source),
+        "metrics": _stored(results["metrics"]), "episodes": episode_rows(rows, results["metrics"], source),
         "n_episodes": results["n_episodes"], "n_failed": results["n_failed"],
         "ms_per_frame": results.get("ms_per_frame"), "fit_seconds": results.get("fit_seconds", 0.0),
         "date": date or datetime.date.today().isoformat(),

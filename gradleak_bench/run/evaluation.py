@@ -388,7 +388,7 @@ class _Run:
             "ms_per_frame": (sum(r.attack_ms for r in ok) / frames) if frames else math.nan,
             "fit_seconds": self.fit_seconds,
             "n_gradient_parameters": int(sum(np.prod(s) for s in victim.gradient_shapes.values())),
-            "metrics": {name: m.to_dict() for name, m in results.items()},
+            "metrics": {name: {**m.to_dict(), **m.headline()} for name, m in results.items()},
             "versions": _versions(),
         }
         if problems:

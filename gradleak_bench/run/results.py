@@ -18,6 +18,8 @@ from gradleak_bench.errors import CorruptFileError
 
 # Round-off allowed when checking that a mean lies inside its own interval (values come from JSON text).
 _SLACK = 1e-9
+#: The name the swap control takes when it is the strongest reference.
+SWAP_CONTROL = "swap_control"
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,25 @@ class MetricResult:
     def interval(self) -> Interval:
         return Interval(self.mean, self.ci_low, self.ci_high)
 
+    @property
+    def strongest_reference(self) -> str | None:
+        """The stronger of the best prior and the swap control, by mean in the metric's direction (the control
+        on a tie), or None without either: leakage is never reported over something weaker than the attack's
+        own output for another episode."""
+        prior = self.references.get(self.best_prior) if self.best_prior and self.prior_leakage else None
+        if self.control is None or self.leakage is None:
+            return self.best_prior if prior is not None else None
+        if prior is None:
+            return SWAP_CONTROL
+        better = prior.mean > self.control.mean if self.higher_is_better else prior.mean < self.control.mean
+        return self.best_prior if better else SWAP_CONTROL
+
+    @property
+    def reference_leakage(self) -> Interval | None:
+        """Metric - :attr:`strongest_reference`, paired per episode, with its CI (the headline)."""
+        name = self.strongest_reference
+        return None if name is None else self.leakage if name == SWAP_CONTROL else self.prior_leakage
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"mean": self.mean, "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n,
                                "higher_is_better": self.higher_is_better, "unit": self.unit,
@@ -94,6 +115,13 @@ class MetricResult:
             out["best_prior"] = self.best_prior
             out["prior_leakage"] = self.prior_leakage.to_dict()
         return out
+
+    def headline(self) -> dict[str, Any]:
+        """What results.json states beside the metric (derived, so never read back): the strongest reference
+        and the leakage over it."""
+        name, leak = self.strongest_reference, self.reference_leakage
+        return {} if name is None or leak is None else {"strongest_reference": name,
+                                                         "reference_leakage": leak.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "metric", bounds: tuple[float, float] | None = None) -> MetricResult:

@@ -175,6 +175,12 @@ def _flat_summary(summary: dict[str, Any]) -> dict[str, Any]:
             flat[f"{name}/leakage_vs_best_prior/ci_high"] = lk["ci_high"]
             flat[f"{name}/best_prior"] = m["best_prior"]
             flat[f"{name}/best_prior_score"] = m["references"][m["best_prior"]]["mean"]
+        if m.get("reference_leakage") is not None:  # over max(best prior, swap control): the headline
+            flat[f"{name}/strongest_reference"] = m["strongest_reference"]
+            rl = m["reference_leakage"]
+            flat[f"{name}/leakage_vs_strongest_reference"] = rl["mean"]
+            flat[f"{name}/leakage_vs_strongest_reference/ci_low"] = rl["ci_low"]
+            flat[f"{name}/leakage_vs_strongest_reference/ci_high"] = rl["ci_high"]
         if "control" in m:  # the swap control, its own column
             flat[f"{name}/control"], flat[f"{name}/leakage_vs_control"] = m["control"]["mean"], m["leakage"]["mean"]
     return flat
