@@ -1056,6 +1056,33 @@ def evaluate_speed(data: dict) -> str:
                      "CPU s, median", "1-min load"], rows) + "\n" + " ".join(notes) + "\n"
 
 
+# ------------------------------------------------------------------ public split vs fresh layouts (docs/leaderboard.md)
+
+FRESH_GAP = "benchmarks/results/fresh_gap.json"
+
+
+def fresh_gap(data: dict) -> str:
+    """Per committed entry and board: public (development) score, fresh-layout score, gap, the strongest
+    reference on the fresh layouts and the leakage over it, verify seconds."""
+    def iv(x: dict | None, digits: int) -> str:
+        if not x:
+            return "--"
+        return f"{number(x['mean'], digits)} [{number(x['ci_low'], digits)}, {number(x['ci_high'], digits)}]"
+
+    rows = []
+    for r in data["rows"]:
+        digits = 1 if "psnr" in r["metric"] else 3
+        ref = (r.get("reference") or "--").removeprefix("prior:").replace("swap_control", "swap control")
+        rows.append([f"`{r['entry'].removesuffix('.json')}`", f"`{r['metric']}`", iv(r["public"], digits),
+                     iv(r.get("fresh"), digits) + (f" ({r['layouts']})" if r.get("layouts") else ""),
+                     f"{r['gap']:+.{digits}f}" if r.get("gap") is not None else r["status"], ref,
+                     iv(r.get("leakage"), digits), number(r.get("verify_seconds"), 0)])
+    load = data["machine"].get("load_1min_at_end")
+    return markdown(["entry", "board metric", "public split (development) [95% CI]", "fresh layouts [95% CI] (layouts)",
+                     "fresh - public", "strongest reference (fresh)", "leakage over it (fresh)", "verify s"], rows) + \
+        f"\n{data['protocol']}; {data['machine']['cpus']} cores, 1-min load {number(load, 1)} at the end.\n"
+
+
 # ------------------------------------------------------------------ registry
 
 TABLES: dict[str, Table] = {
@@ -1106,6 +1133,7 @@ TABLES: dict[str, Table] = {
     "evaluate_speed_epyc": Table("docs/evaluate.md", (BENCH_EVALUATE_EPYC,), evaluate_speed),
     "evaluate_speed_fast": Table("docs/evaluate.md", (BENCH_EVALUATE,), evaluate_speed),
     "import_costs": Table("docs/evaluate.md", (BENCH_IMPORTS,), import_costs),
+    "fresh_gap": Table("docs/leaderboard.md", (FRESH_GAP,), fresh_gap),
 }
 
 
