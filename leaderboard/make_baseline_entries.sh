@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-generate the committed baseline entries from real runs, then re-render the leaderboard.
 #
-#   leaderboard/make_baseline_entries.sh            # evaluate every baseline, submit, render
+#   leaderboard/make_baseline_entries.sh            # evaluate every baseline, submit, verify, render
 #   REUSE_RUNS=1 leaderboard/make_baseline_entries.sh   # keep runs/leaderboard/*/results.json already there
 #
 # Every entry is made on the official split (the split identity envs/splits/v0.json records), binds its
@@ -61,6 +61,8 @@ for spec in "${BASELINES[@]}"; do
   fi
   "${GB[@]}" submit "$run" --name "$attack" --authors "$AUTHORS" ${LINKS[@]+"${LINKS[@]}"} --out "$ENTRIES" --force \
     ${SUBMIT_EXTRA[@]+"${SUBMIT_EXTRA[@]}"}
+  # ranked only once verified on fresh layouts: writes leaderboard/verified/<the entry's path>
+  "${GB[@]}" verify "$ENTRIES/$task/$defense/${attack}__$victim-$checkpoint.json"
 done
 
 "${GB[@]}" leaderboard --entries "$ENTRIES"
