@@ -29,6 +29,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: wraps at any width and never cuts a word (rich panels did at 80)
 )
 console = Console()
 err_console = Console(stderr=True)
@@ -64,37 +65,38 @@ def list_() -> None:
 
     import gradleak_bench.baselines  # noqa: F401
 
-    table = Table(title="tasks", show_lines=False)
-    for col in ("task", "gym id", "actions", "victims", "description"):
-        table.add_column(col)
-    for t in TASKS.values():
-        table.add_row(t.name, t.gym_id, str(t.n_actions), ", ".join(t.victims), t.description)
-    console.print(table)
+    width = console.width
+    out: list[str] = []
 
-    table = Table(title="victims (task/victim: checkpoints; * = available without training)")
-    for col in ("victim", "algorithm", "policy", "checkpoints", "description"):
-        table.add_column(col)
+    def section(title: str, items: list[tuple[str, str, list[str]]]) -> None:
+        """A titled list: per item its name and facts on one line, then its longer lines indented, each
+        wrapped at spaces to the console's width (names are never cut)."""
+        if out:
+            out.append("")
+        out.extend(_wrapped(title, width))
+        for name, facts, lines in items:
+            out.extend(_wrapped(f"{name}  {facts}" if facts else name, width, "  ", "      "))
+            for line in lines:
+                out.extend(_wrapped(line, width, "      ", "      "))
+
+    section("tasks (--task NAME)", [
+        (t.name, f"gym id {t.gym_id}, {t.n_actions} actions",
+         [f"victims: {', '.join(t.victims)}", t.description]) for t in TASKS.values()])
+    items = []
     for v in VICTIMS.values():
         marks = [c + ("*" if c == "init" or find_checkpoint(v, c) else "") for c in CHECKPOINTS]
-        table.add_row(v.key, v.algo, v.policy, " ".join(marks), v.description)
-    console.print(table)
-
+        items.append((v.key, f"{v.algo}, {v.policy}; checkpoints {' '.join(marks)}", [v.description]))
+    section("victims (TASK/VICTIM: --task TASK --victim VICTIM; checkpoint* = available without training)", items)
     for kind in ("attack", "defense"):
-        table = Table(title=f"{kind}s (or module:Class, or path/to/file.py:Class)")
-        table.add_column("name")
-        table.add_column("what it does")
-        for spec in plugins.installed(kind).values():
-            table.add_row(spec.name, spec.summary())
-        console.print(table)
+        section(f"{kind}s (a name, or module:Class, or path/to/file.py:Class)",
+                [(spec.name, "", [spec.summary()]) for spec in plugins.installed(kind).values()])
         for spec in registry.shadowed(kind):  # a built-in name is never shadowed: say which one was ignored
-            console.print(f"ignored: {kind} entry point {spec.name!r} of {spec.distribution} (a built-in has that name)")
-
-    table = Table(title="metrics (scored when an attack reconstructs the field)")
-    for col in ("metric", "field", "better", "description"):
-        table.add_column(col)
-    for m in all_metrics():
-        table.add_row(m.name, m.field, "higher" if m.higher_is_better else "lower", m.description)
-    console.print(table)
+            out.extend(_wrapped(f"ignored: {kind} entry point {spec.name!r} of {spec.distribution} (a built-in has "
+                                "that name)", width))
+    section("metrics (scored when an attack reconstructs the field; -M NAME or -M FIELD)", [
+        (m.name, f"field {m.field}, {'higher' if m.higher_is_better else 'lower'} is better", [m.description])
+        for m in all_metrics()])
+    _say(out)
 
 
 @app.command()
@@ -244,7 +246,7 @@ def evaluate(
     for row in result.rows:
         if row.status != "ok":
             err_console.print(f"episode {row.episode_id} failed: {row.error}", markup=False, highlight=False)
-    console.print(f"results: {result.out / 'results.json'}", soft_wrap=True)
+    _say(_wrapped(f"results: {result.out / 'results.json'} (and episodes.csv, episodes.jsonl)", console.width))
     for problem in result.problems:
         err_console.print(f"problem: {problem}", markup=False, highlight=False, soft_wrap=True)
     if result.n_failed:
@@ -253,29 +255,93 @@ def evaluate(
         raise typer.Exit(3)
 
 
-def print_summary(summary: dict) -> None:
-    sealed = "" if summary.get("sealed", True) else ", UNSEALED (debugging only)"
-    title = (f"{summary['attack']} on {summary['task']} ({summary['checkpoint_id']}), defense {summary['defense']}, "
-             f"{summary['split']} split: {summary['n_episodes'] - summary['n_failed']}/{summary['n_episodes']} episodes, "
-             f"{summary['ms_per_frame']:.2f} ms/frame{sealed}")
-    table = Table(title=title)
-    for col in ("metric", "mean [95% CI]", "best prior", "leakage vs best prior", "swap control",
-                "leakage vs control", "failed frames"):
-        table.add_column(col)
-    fmt = lambda m: f"{m['mean']:.4g} [{m['ci_low']:.4g}, {m['ci_high']:.4g}]"  # noqa: E731
-    for name, m in summary["metrics"].items():
+def _number(value: object, signed: bool = False) -> str:
+    """A mean or CI end as the headline shows it (4 significant digits); n/a where undefined (NaN, null)."""
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "n/a"
+    return f"{value:+.4g}" if signed else f"{value:.4g}"
+
+
+_KEEP = "\u00a0"  # a space :func:`_wrapped` never breaks at (a CI stays on one line)
+
+
+def _interval(m: dict, signed: bool = False) -> str:
+    """``mean [ci_low, ci_high]`` (``signed``: the mean with its sign, as a difference), kept on one line."""
+    return f"{_number(m.get('mean'), signed)}{_KEEP}[{_number(m.get('ci_low'))},{_KEEP}{_number(m.get('ci_high'))}]"
+
+
+def _wrapped(text: str, width: int, indent: str = "", hang: str = "    ") -> list[str]:
+    """``text`` broken at spaces into lines of at most ``width`` characters (first line ``indent``, the others
+    ``hang``); a word longer than a line is never cut, it overflows its own line instead."""
+    import textwrap
+
+    lines = textwrap.wrap(text, width=max(width, 20), initial_indent=indent, subsequent_indent=hang,
+                          break_long_words=False, break_on_hyphens=False) or [indent.rstrip()]
+    return [line.replace(_KEEP, " ") for line in lines]
+
+
+def _say(lines: list[str], to: Console | None = None) -> None:
+    """Print lines already fitted to the console width, verbatim (no markup, no highlighting, no rewrap)."""
+    for line in lines:
+        (to or console).print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+SPLIT_ROLES = {
+    "development": "the public development split (unofficial: add --fresh N or verify)",
+    "fresh": "{n} fresh layouts drawn at run time (official protocol)",
+}
+
+
+def summary_lines(summary: dict, width: int = 80) -> list[str]:
+    """The headline of a run (``results.json``'s summary) as lines of at most ``width`` characters: the run,
+    then one block per metric -- its mean [95% CI] and direction, the best gradient-free prior with its
+    score, the leakage over that prior (the headline), the swap control -- full names, never cut."""
+    out = _wrapped(f"{summary['attack']} on {summary['task']} ({summary['checkpoint_id']}), defense "
+                   f"{summary['defense']}, {summary['split']} split", width)
+    n, failed = summary.get("n_episodes", 0), summary.get("n_failed", 0)
+    ms = summary.get("ms_per_frame")
+    speed = f"{ms:.2f} ms/frame" if _number(ms) != "n/a" else "no frames scored"
+    sealed = "sealed" if summary.get("sealed", True) else "UNSEALED (debugging only; cannot be submitted)"
+    out += _wrapped(f"{n - failed}/{n} episodes scored, {speed}, {sealed}", width)
+    role = summary.get("split_role")
+    if role is not None:
+        fresh = summary.get("fresh_layouts") or {}
+        text = SPLIT_ROLES.get(str(role), str(role)).format(n=fresh.get("n", "N") if isinstance(fresh, dict) else "N")
+        out += _wrapped(f"scored on: {text}", width)
+    any_prior = False
+    for name, m in summary.get("metrics", {}).items():
+        direction = "higher" if m.get("higher_is_better", True) else "lower"
+        out.append("")
+        out += _wrapped(f"{name}  {_interval(m)}  ({direction} is better)", width)
         best = m.get("best_prior")
-        prior = f"{best.removeprefix('prior:')} {m['references'][best]['mean']:.4g}" if best else "-"
-        table.add_row(name, fmt(m), prior, fmt(m["prior_leakage"]) if best else "-",
-                      fmt(m["control"]) if "control" in m else "-", fmt(m["leakage"]) if "leakage" in m else "-",
-                      str(m.get("failed_frames", 0)))
-    console.print(table)
-    if any(m.get("best_prior") for m in summary["metrics"].values()):
-        console.print("leakage vs best prior = metric - the best gradient-free prior fitted on train layouts, paired "
-                      "per episode (the headline; docs/priors.md); the swap control is the attack's output for "
-                      "another episode.", markup=False, highlight=False, soft_wrap=True)
+        if best:
+            any_prior = True
+            prior = m.get("references", {}).get(best, {})
+            out += _wrapped(f"best prior     {best.removeprefix('prior:')} {_interval(prior)}", width, "  ", "      ")
+            out += _wrapped(f"leakage        {_interval(m.get('prior_leakage', {}), signed=True)} over the best prior",
+                            width, "  ", "      ")
+        if m.get("control") is not None:
+            line = f"swap control   {_interval(m['control'])}"
+            if m.get("leakage") is not None:
+                line += f", leakage {_interval(m['leakage'], signed=True)}"
+            out += _wrapped(line, width, "  ", "      ")
+        if m.get("failed_frames"):
+            out += _wrapped(f"failed frames  {m['failed_frames']} (each scored the metric's worst value)", width,
+                            "  ", "      ")
+    if any_prior:
+        out.append("")
+        out += _wrapped("leakage = metric - the best gradient-free prior fitted on train layouts, paired per "
+                        "episode (the headline; docs/priors.md); the swap control is the attack's output for "
+                        "another episode.", width, hang="")
     for note in summary.get("notes", []):
-        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+        out += _wrapped(f"note: {note}", width)
+    return out
+
+
+def print_summary(summary: dict) -> None:
+    _say(summary_lines(summary, console.width))
 
 
 @app.command("export-gradients")
@@ -506,6 +572,41 @@ def leaderboard(
             console.print(f"thumbnails of {path}: {seconds:.0f} s", soft_wrap=True, markup=False)
     md, page = render(entries, out)
     console.print(f"wrote {md} and {page}")
+
+
+def _reflow_help() -> None:
+    """Help that reads at any width, 80 columns in a pipe included (click's plain formatter, which wraps and
+    never cuts): each command's docstring as flowing paragraphs (its own line breaks, made for the source's
+    width, joined), its first paragraph whole in the command list (click shortens it with "..."), and no line
+    broken at a hyphen (``train-victim``, ``gradleak-bench`` stay whole)."""
+    import inspect
+
+    for info in app.registered_commands:
+        doc = info.help or inspect.getdoc(info.callback) or ""
+        info.help = "\n\n".join(" ".join(part.split()) for part in doc.split("\n\n"))
+        info.short_help = info.short_help or info.help.split("\n\n")[0]
+    import importlib
+
+    for name in ("typer._click._textwrap", "click._textwrap"):  # what each formatting.wrap_text imports per call
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # another typer or click: its own wrapping
+            continue
+        base = module.TextWrapper
+        if getattr(base, "whole_words", False):
+            continue
+
+        class _WholeWords(base):  # type: ignore[misc, valid-type]
+            whole_words = True
+
+            def __init__(self, *args: object, **kwargs: object) -> None:
+                kwargs.setdefault("break_on_hyphens", False)
+                super().__init__(*args, **kwargs)
+
+        module.TextWrapper = _WholeWords
+
+
+_reflow_help()
 
 
 def main() -> None:

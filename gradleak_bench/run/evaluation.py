@@ -20,11 +20,12 @@ import numpy as np
 
 # Nothing imported here loads torch, SB3 or h5py: a run starts its sealed plug-in processes first and imports
 # those (about 2 s of CPU) while the plug-ins import theirs (docs/evaluate.md, "Speed").
-from gradleak_bench.errors import AttackNotApplicableError, GradleakError, PluginContractError, RunStateError
+from gradleak_bench.errors import (AttackNotApplicableError, GradleakError, PluginContractError, RunStateError,
+                                   notice)
 from gradleak_bench.metrics import select_metrics
-from gradleak_bench.paths import atomic_write_bytes
+from gradleak_bench.paths import atomic_write_bytes, dumps_strict
 from gradleak_bench.records import TRUTH_FIELDS
-from gradleak_bench.run.config import EvaluateConfig
+from gradleak_bench.run.config import EvaluateConfig, check_config
 from gradleak_bench.run.fresh import FreshLayouts, generate_fresh
 from gradleak_bench.run.sandbox import PluginFailure, PluginProcess
 from gradleak_bench.run.setup import (attack_reads, fit_request, gradient_source, plugin_step, run_victim, send_victim,
@@ -89,6 +90,7 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
               fresh: FreshLayouts | None, references: list[Reference]) -> RunResult:
     from gradleak_bench.paths import cache_dir
 
+    check_config(config)
     task = get_task(config.task)
     config, mechanism = _sealing(config, fresh)
     out = Path(config.out)
@@ -165,23 +167,23 @@ def _start_tracking(config: EvaluateConfig) -> Any:
 
 
 def _sealing(config: EvaluateConfig, fresh: FreshLayouts | None) -> tuple[EvaluateConfig, str | None]:
-    """``config`` with ``sealed`` decided (``None`` = where the OS can isolate), and the isolation mechanism."""
-    from gradleak_bench.run.sandbox import INSTALL_HINT, isolation, require_isolation
+    """``config`` with ``sealed`` decided (``None`` = where the OS can isolate), and the isolation mechanism.
+    An unsealed run says so in one plain line on stderr (:func:`~gradleak_bench.errors.notice`)."""
+    from gradleak_bench.run.sandbox import isolation, require_isolation
 
     if config.sealed is None:
         available, reason = isolation()
         if available is None and fresh is None:
-            warnings.warn(f"no isolation on this machine ({reason}): this run is UNSEALED, so its plug-ins could "
-                          f"read the truth; it is marked unsealed and cannot be submitted. To seal: {INSTALL_HINT}",
-                          stacklevel=3)
+            notice(f"running unsealed ({reason}): the plug-ins could read the truth, so the results are marked "
+                   "unsealed and cannot be submitted; apt-get install bubblewrap to seal (docs/evaluate.md).")
             return dataclasses.replace(config, sealed=False), None
         config = dataclasses.replace(config, sealed=True)
     if config.sealed:
         return config, require_isolation(f"the plug-ins of this run ({config.attack}, defense {config.defense})")
     if fresh is not None:
         raise GradleakError("fresh-layout scoring is for verification and is always sealed; drop --unsealed")
-    warnings.warn("unsealed run: the plug-ins run inside the scorer's process and could read the truth; the "
-                  "results are marked unsealed and can never be submitted", stacklevel=3)
+    notice("running unsealed (--unsealed, debugging only): the plug-ins run inside the scorer's process and could "
+           "read the truth, so the results are marked unsealed and can never be submitted.")
     return config, None
 
 
@@ -406,8 +408,8 @@ def _versions() -> dict[str, str]:
 def write_results(result: RunResult) -> None:
     """results.json, episodes.csv and episodes.jsonl, each written once, atomically."""
     flat = [r.flat() for r in result.rows]
-    atomic_write_bytes(result.out / "results.json", json.dumps(result.summary, indent=1, default=float).encode())
-    atomic_write_bytes(result.out / "episodes.jsonl", "".join(json.dumps(r, default=float) + "\n" for r in flat).encode())
+    atomic_write_bytes(result.out / "results.json", dumps_strict(result.summary, indent=1).encode())
+    atomic_write_bytes(result.out / "episodes.jsonl", "".join(dumps_strict(r) + "\n" for r in flat).encode())
     atomic_write_bytes(result.out / "episodes.csv", episodes_csv(flat).encode())
 
 
