@@ -85,7 +85,7 @@ def list_() -> None:
     items = []
     for v in VICTIMS.values():
         marks = [c + ("*" if c == "init" or find_checkpoint(v, c) else "") for c in CHECKPOINTS]
-        items.append((v.key, f"{v.algo}, {v.policy}; checkpoints {' '.join(marks)}", [v.description]))
+        items.append((v.key, f"{v.algo}, {v.policy}", [f"checkpoints: {' '.join(marks)}", v.description]))
     section("victims (TASK/VICTIM: --task TASK --victim VICTIM; checkpoint* = available without training)", items)
     for kind in ("attack", "defense"):
         section(f"{kind}s (a name, or module:Class, or path/to/file.py:Class)",
@@ -192,7 +192,8 @@ def evaluate(
     protocol: Optional[str] = typer.Option(None, help="data protocol of the held-out episodes: first8 or "
                                            "trace-windows (default: the attack's own -- trace-windows for TRACE "
                                            "and its ablations -- else first8; docs/tasks.md)"),
-    out: Path = typer.Option(Path("runs/latest"), help="output folder (results.json, episodes.csv, pictures)"),
+    out: Optional[Path] = typer.Option(None, help="output folder (results.json, episodes.csv, pictures; default: "
+                                       "runs/latest, or $GRADLEAK_BENCH_RUNS/latest)"),
     wandb: str = typer.Option("offline", help="W&B mode: offline (default, no account needed), online or disabled"),
     attack_param: list[str] = typer.Option([], "--attack-param", "-A", help="attack parameter KEY=VALUE (repeatable)"),
     defense_param: list[str] = typer.Option([], "--defense-param", "-D", help="defense parameter KEY=VALUE (repeatable)"),
@@ -225,6 +226,7 @@ def evaluate(
     Example: gradleak-bench evaluate closed_form --defense topk -D keep=0.1
     """
     from gradleak_bench import plugins
+    from gradleak_bench.paths import default_run_dir
     from gradleak_bench.run.config import EvaluateConfig
     from gradleak_bench.run.evaluation import evaluate as run_evaluate
 
@@ -233,7 +235,8 @@ def evaluate(
     config = EvaluateConfig(
         attack=attack, task=task, victim=victim, checkpoint=checkpoint, defense=defense, split=split,
         episodes=episodes, seed=seed, dataset_seed=dataset_seed, protocol=protocol, attack_params=plugins.parse_params(attack_param),
-        defense_params=plugins.parse_params(defense_param), out=str(out), wandb=wandb, control=control,
+        defense_params=plugins.parse_params(defense_param), out=str(out or default_run_dir("latest")), wandb=wandb,
+        control=control,
         metrics=list(metric) or None, executor=executor, ray_address=ray_address, shard_size=shard_size,
         gradients=str(gradients) if gradients else None, sealed=sealed,
     )
@@ -442,7 +445,8 @@ def grid(
     utility_seeds: int = typer.Option(1, help="training seeds per setting (seed, seed+1, ...): the table and plot show mean ± sd"),
     utility_start: str = typer.Option("init", help="weights the utility runs start from: init, or trained (fine-tuning)"),
     attack_param: list[str] = typer.Option([], "--attack-param", "-A", help="ATTACK.KEY=VALUE (repeatable), e.g. inverting_gradients.preset=quick"),
-    out: Path = typer.Option(Path("runs/grid"), help="output folder (cells/, grid.md, grid.csv, privacy_utility_*.png)"),
+    out: Optional[Path] = typer.Option(None, help="output folder (cells/, grid.md, grid.csv, privacy_utility_*.png; "
+                                       "default: runs/grid, or $GRADLEAK_BENCH_RUNS/grid)"),
     executor: str = typer.Option("local", help="local (default) or ray: cells and utility runs as Ray tasks"),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address (default: start a local one)"),
 ) -> None:
@@ -454,7 +458,12 @@ def grid(
     Example: gradleak-bench grid -a closed_form -t ActivePerception/dqn_compact --utility-budget 5000 --episodes 12
     """
     from gradleak_bench import plugins
+    from gradleak_bench.paths import default_run_dir
     from gradleak_bench.run.grid import STANDARD_SETTINGS, STANDARD_TARGETS, DefenseSetting, GridConfig, run_grid
+
+    out = out or Path(default_run_dir("grid"))
+    if episodes is not None and episodes < 1:
+        raise GradleakError(f"--episodes must be a positive integer (1 or more), got {episodes}")
 
     targets = []
     for t in target:
@@ -619,7 +628,7 @@ def main() -> None:
     except GradleakError as exc:
         from rich.markup import escape
 
-        err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}")
+        err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)  # one line in a log
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted; finished results are kept")
