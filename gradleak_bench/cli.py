@@ -211,13 +211,13 @@ def evaluate(
                                           "plug-ins can be isolated; --unsealed (debugging only): run them inside the "
                                           "scorer's process, where they could read the truth (marked in results.json, "
                                           "never submittable). Default: sealed where the OS can isolate, else unsealed "
-                                          "with a warning"),
+                                          "with a one-line note"),
 ) -> None:
     """Score an attack on a task's held-out episodes, behind a defense.
 
     The attack and the defense each run sealed in their own process (an unprivileged user in Linux namespaces,
     via bubblewrap): they get only what the threat model gives them (docs/evaluate.md). Without bubblewrap the
-    run is unsealed, with a warning, and cannot be submitted.
+    run is unsealed, with a one-line note, and cannot be submitted.
 
     Writes OUT/results.json (metrics with 95% bootstrap CIs, the control and the leakage = metric - control),
     OUT/episodes.csv (one row per episode), reconstruction pictures when images are reconstructed, and a W&B
@@ -618,7 +618,24 @@ def _reflow_help() -> None:
 _reflow_help()
 
 
+def _plain_warnings() -> None:
+    """A warning the command raises (a run folder started afresh, a torn log line, a prior refitted) printed as
+    one plain line on stderr, ``warning: MESSAGE``: Python's default format adds the file:line and the source
+    line, which read like a crash. Code that catches warnings (``pytest.warns``) still gets them."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        kind = "" if issubclass(category, UserWarning) else f" ({category.__name__})"
+        try:
+            (file or sys.stderr).write(f"warning{kind}: {' '.join(str(message).split())}\n")
+        except (OSError, ValueError):  # stderr closed: nothing to tell
+            pass
+
+    warnings.showwarning = show
+
+
 def main() -> None:
+    _plain_warnings()
     try:
         app()
     except SystemExit as exc:
