@@ -588,14 +588,13 @@ def _reflow_help() -> None:
     never cuts): each command's docstring as flowing paragraphs (its own line breaks, made for the source's
     width, joined), its first paragraph whole in the command list (click shortens it with "..."), and no line
     broken at a hyphen (``train-victim``, ``gradleak-bench`` stay whole)."""
+    import importlib
     import inspect
 
     for info in app.registered_commands:
         doc = info.help or inspect.getdoc(info.callback) or ""
         info.help = "\n\n".join(" ".join(part.split()) for part in doc.split("\n\n"))
         info.short_help = info.short_help or info.help.split("\n\n")[0]
-    import importlib
-
     for name in ("typer._click._textwrap", "click._textwrap"):  # what each formatting.wrap_text imports per call
         try:
             module = importlib.import_module(name)
