@@ -140,9 +140,7 @@ def generate(
         layouts.add(e.layout_id)
         fields = fields or sorted(e.steps)
     lengths, actions, rewards = np.array(lengths), np.concatenate(actions), np.array(rewards)
-    table = Table(title=f"dataset {config.key}")
-    table.add_column("")
-    table.add_column("value")
+    table = _Facts(f"dataset {config.key}")
     table.add_row("file", str(ds.path))
     table.add_row("identity", ds.identity)
     table.add_row("content sha256", f"{ds.sha256} (this machine's float bits: local integrity only)")
@@ -164,7 +162,7 @@ def generate(
         table.add_row("action histogram", str(np.bincount(actions).tolist()))
     table.add_row("episode return", f"mean {rewards.mean():.3f}, min {rewards.min():.3f}, max {rewards.max():.3f}")
     table.add_row("truth fields", ", ".join(fields))
-    console.print(table)
+    _say(table.lines(console.width))
     print(ds.identity)
 
 
@@ -289,6 +287,28 @@ def _say(lines: list[str], to: Console | None = None) -> None:
     """Print lines already fitted to the console width, verbatim (no markup, no highlighting, no rewrap)."""
     for line in lines:
         (to or console).print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+class _Facts:
+    """A titled list of ``name  value`` lines (a two-column table that never cuts a value): each value wraps at
+    spaces under its own indent; a value whose first word does not fit beside its name (a long path, a sha256)
+    starts on a line of its own."""
+
+    def __init__(self, title: str) -> None:
+        self.title, self.rows = title, []
+
+    def add_row(self, name: str, value: str) -> None:
+        self.rows.append((name, value))
+
+    def lines(self, width: int) -> list[str]:
+        pad = max(len(name) for name, _ in self.rows) + 2 if self.rows else 2
+        out = _wrapped(self.title, width)
+        for name, value in self.rows:
+            if 2 + pad + len(value.split(" ", 1)[0]) <= width:
+                out += _wrapped(name.ljust(pad) + value, width, "  ", "  " + " " * pad)
+            else:  # the value's first word does not fit beside the name
+                out += ["  " + name, *_wrapped(value, width, "    ", "    ")]
+        return out
 
 
 SPLIT_ROLES = {

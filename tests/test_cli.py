@@ -256,3 +256,17 @@ def test_files_for_users_are_strict_json_and_their_readers_take_null():
 
     with pytest.raises(CorruptFileError, match="not a finite number"):  # a missing column is still corrupt
         episode_rows([{"episode_id": "e1", "status": "ok", "length": 8}], {"m": {}}, "test")
+
+
+def test_generate_facts_never_cut_a_path_or_a_sha256():
+    from gradleak_bench.cli import _Facts
+
+    facts = _Facts("dataset PointNav-ppo_compact-init-test-e4-t8-s0-v0")
+    facts.add_row("identity", "d" * 64)
+    facts.add_row("content sha256", "0" * 64 + " (this machine's float bits: local integrity only)")
+    facts.add_row("layouts", ", ".join(str(i) for i in range(40)))
+    lines = facts.lines(80)
+    _fits("\n".join(lines))
+    assert lines[1:3] == ["  identity", "    " + "d" * 64]
+    assert lines[3:5] == ["  content sha256", "    " + "0" * 64 + " (this"]
+    assert lines[6].startswith("  layouts         0, 1, 2,")
