@@ -29,6 +29,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: wraps at any width and never cuts a word (rich panels did at 80)
 )
 console = Console()
 err_console = Console(stderr=True)
@@ -64,37 +65,38 @@ def list_() -> None:
 
     import gradleak_bench.baselines  # noqa: F401
 
-    table = Table(title="tasks", show_lines=False)
-    for col in ("task", "gym id", "actions", "victims", "description"):
-        table.add_column(col)
-    for t in TASKS.values():
-        table.add_row(t.name, t.gym_id, str(t.n_actions), ", ".join(t.victims), t.description)
-    console.print(table)
+    width = console.width
+    out: list[str] = []
 
-    table = Table(title="victims (task/victim: checkpoints; * = available without training)")
-    for col in ("victim", "algorithm", "policy", "checkpoints", "description"):
-        table.add_column(col)
+    def section(title: str, items: list[tuple[str, str, list[str]]]) -> None:
+        """A titled list: per item its name and facts on one line, then its longer lines indented, each
+        wrapped at spaces to the console's width (names are never cut)."""
+        if out:
+            out.append("")
+        out.extend(_wrapped(title, width))
+        for name, facts, lines in items:
+            out.extend(_wrapped(f"{name}  {facts}" if facts else name, width, "  ", "      "))
+            for line in lines:
+                out.extend(_wrapped(line, width, "      ", "      "))
+
+    section("tasks (--task NAME)", [
+        (t.name, f"gym id {t.gym_id}, {t.n_actions} actions",
+         [f"victims: {', '.join(t.victims)}", t.description]) for t in TASKS.values()])
+    items = []
     for v in VICTIMS.values():
         marks = [c + ("*" if c == "init" or find_checkpoint(v, c) else "") for c in CHECKPOINTS]
-        table.add_row(v.key, v.algo, v.policy, " ".join(marks), v.description)
-    console.print(table)
-
+        items.append((v.key, f"{v.algo}, {v.policy}", [f"checkpoints: {' '.join(marks)}", v.description]))
+    section("victims (TASK/VICTIM: --task TASK --victim VICTIM; checkpoint* = available without training)", items)
     for kind in ("attack", "defense"):
-        table = Table(title=f"{kind}s (or module:Class, or path/to/file.py:Class)")
-        table.add_column("name")
-        table.add_column("what it does")
-        for spec in plugins.installed(kind).values():
-            table.add_row(spec.name, spec.summary())
-        console.print(table)
+        section(f"{kind}s (a name, or module:Class, or path/to/file.py:Class)",
+                [(spec.name, "", [spec.summary()]) for spec in plugins.installed(kind).values()])
         for spec in registry.shadowed(kind):  # a built-in name is never shadowed: say which one was ignored
-            console.print(f"ignored: {kind} entry point {spec.name!r} of {spec.distribution} (a built-in has that name)")
-
-    table = Table(title="metrics (scored when an attack reconstructs the field)")
-    for col in ("metric", "field", "better", "description"):
-        table.add_column(col)
-    for m in all_metrics():
-        table.add_row(m.name, m.field, "higher" if m.higher_is_better else "lower", m.description)
-    console.print(table)
+            out.extend(_wrapped(f"ignored: {kind} entry point {spec.name!r} of {spec.distribution} (a built-in has "
+                                "that name)", width))
+    section("metrics (scored when an attack reconstructs the field; -M NAME or -M FIELD)", [
+        (m.name, f"field {m.field}, {'higher' if m.higher_is_better else 'lower'} is better", [m.description])
+        for m in all_metrics()])
+    _say(out)
 
 
 @app.command()
@@ -138,9 +140,7 @@ def generate(
         layouts.add(e.layout_id)
         fields = fields or sorted(e.steps)
     lengths, actions, rewards = np.array(lengths), np.concatenate(actions), np.array(rewards)
-    table = Table(title=f"dataset {config.key}")
-    table.add_column("")
-    table.add_column("value")
+    table = _Facts(f"dataset {config.key}")
     table.add_row("file", str(ds.path))
     table.add_row("identity", ds.identity)
     table.add_row("content sha256", f"{ds.sha256} (this machine's float bits: local integrity only)")
@@ -162,7 +162,7 @@ def generate(
         table.add_row("action histogram", str(np.bincount(actions).tolist()))
     table.add_row("episode return", f"mean {rewards.mean():.3f}, min {rewards.min():.3f}, max {rewards.max():.3f}")
     table.add_row("truth fields", ", ".join(fields))
-    console.print(table)
+    _say(table.lines(console.width))
     print(ds.identity)
 
 
@@ -194,7 +194,8 @@ def evaluate(
     protocol: Optional[str] = typer.Option(None, help="data protocol of the held-out episodes: first8 or "
                                            "trace-windows (default: the attack's own -- trace-windows for TRACE "
                                            "and its ablations -- else first8; docs/tasks.md)"),
-    out: Path = typer.Option(Path("runs/latest"), help="output folder (results.json, episodes.csv, pictures)"),
+    out: Optional[Path] = typer.Option(None, help="output folder (results.json, episodes.csv, pictures; default: "
+                                       "runs/latest, or $GRADLEAK_BENCH_RUNS/latest)"),
     wandb: str = typer.Option("offline", help="W&B mode: offline (default, no account needed), online or disabled"),
     attack_param: list[str] = typer.Option([], "--attack-param", "-A", help="attack parameter KEY=VALUE (repeatable)"),
     defense_param: list[str] = typer.Option([], "--defense-param", "-D", help="defense parameter KEY=VALUE (repeatable)"),
@@ -212,13 +213,13 @@ def evaluate(
                                           "plug-ins can be isolated; --unsealed (debugging only): run them inside the "
                                           "scorer's process, where they could read the truth (marked in results.json, "
                                           "never submittable). Default: sealed where the OS can isolate, else unsealed "
-                                          "with a warning"),
+                                          "with a one-line note"),
 ) -> None:
     """Score an attack on a task's held-out episodes, behind a defense.
 
     The attack and the defense each run sealed in their own process (an unprivileged user in Linux namespaces,
     via bubblewrap): they get only what the threat model gives them (docs/evaluate.md). Without bubblewrap the
-    run is unsealed, with a warning, and cannot be submitted.
+    run is unsealed, with a one-line note, and cannot be submitted.
 
     By default it scores the public held-out split: fast, cached, reproducible, and a development number
     (anyone can regenerate those episodes). --fresh N scores N layouts drawn now instead: the number the
@@ -231,6 +232,7 @@ def evaluate(
     Example: gradleak-bench evaluate closed_form --defense topk -D keep=0.1 --fresh 16
     """
     from gradleak_bench import plugins
+    from gradleak_bench.paths import default_run_dir
     from gradleak_bench.run.config import EvaluateConfig
     from gradleak_bench.run.evaluation import evaluate as run_evaluate
 
@@ -239,7 +241,8 @@ def evaluate(
     config = EvaluateConfig(
         attack=attack, task=task, victim=victim, checkpoint=checkpoint, defense=defense, split=split,
         episodes=episodes, seed=seed, dataset_seed=dataset_seed, protocol=protocol, attack_params=plugins.parse_params(attack_param),
-        defense_params=plugins.parse_params(defense_param), out=str(out), wandb=wandb, control=control,
+        defense_params=plugins.parse_params(defense_param), out=str(out or default_run_dir("latest")), wandb=wandb,
+        control=control,
         metrics=list(metric) or None, executor=executor, ray_address=ray_address, shard_size=shard_size,
         gradients=str(gradients) if gradients else None, sealed=sealed,
     )
@@ -256,7 +259,7 @@ def evaluate(
     for row in result.rows:
         if row.status != "ok":
             err_console.print(f"episode {row.episode_id} failed: {row.error}", markup=False, highlight=False)
-    console.print(f"results: {result.out / 'results.json'}", soft_wrap=True)
+    _say(_wrapped(f"results: {result.out / 'results.json'} (and episodes.csv, episodes.jsonl)", console.width))
     for problem in result.problems:
         err_console.print(f"problem: {problem}", markup=False, highlight=False, soft_wrap=True)
     if result.n_failed:
@@ -283,29 +286,120 @@ def fresh_layouts(n: int, config) -> object | None:
     return FreshLayouts(int.from_bytes(os.urandom(8), "little") >> 1, n)
 
 
-def print_summary(summary: dict) -> None:
-    sealed = "" if summary.get("sealed", True) else ", UNSEALED (debugging only)"
-    title = (f"{summary['attack']} on {summary['task']} ({summary['checkpoint_id']}), defense {summary['defense']}, "
-             f"{summary['split']} split: {summary['n_episodes'] - summary['n_failed']}/{summary['n_episodes']} episodes, "
-             f"{summary['ms_per_frame']:.2f} ms/frame{sealed}")
-    table = Table(title=title)
-    for col in ("metric", "mean [95% CI]", "best prior", "leakage vs best prior", "swap control",
-                "leakage vs control", "failed frames"):
-        table.add_column(col)
-    fmt = lambda m: f"{m['mean']:.4g} [{m['ci_low']:.4g}, {m['ci_high']:.4g}]"  # noqa: E731
-    for name, m in summary["metrics"].items():
+def _number(value: object, signed: bool = False) -> str:
+    """A mean or CI end as the headline shows it (4 significant digits); n/a where undefined (NaN, null)."""
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "n/a"
+    return f"{value:+.4g}" if signed else f"{value:.4g}"
+
+
+_KEEP = "\u00a0"  # a space :func:`_wrapped` never breaks at (a CI stays on one line)
+
+
+def _interval(m: dict, signed: bool = False) -> str:
+    """``mean [ci_low, ci_high]`` (``signed``: the mean with its sign, as a difference), kept on one line."""
+    return f"{_number(m.get('mean'), signed)}{_KEEP}[{_number(m.get('ci_low'))},{_KEEP}{_number(m.get('ci_high'))}]"
+
+
+def _wrapped(text: str, width: int, indent: str = "", hang: str = "    ") -> list[str]:
+    """``text`` broken at spaces into lines of at most ``width`` characters (first line ``indent``, the others
+    ``hang``); a word longer than a line is never cut, it overflows its own line instead."""
+    import textwrap
+
+    lines = textwrap.wrap(text, width=max(width, 20), initial_indent=indent, subsequent_indent=hang,
+                          break_long_words=False, break_on_hyphens=False) or [indent.rstrip()]
+    return [line.replace(_KEEP, " ") for line in lines]
+
+
+def _say(lines: list[str], to: Console | None = None) -> None:
+    """Print lines already fitted to the console width, verbatim (no markup, no highlighting, no rewrap)."""
+    for line in lines:
+        (to or console).print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+class _Facts:
+    """A titled list of ``name  value`` lines (a two-column table that never cuts a value): each value wraps at
+    spaces under its own indent; a value whose first word does not fit beside its name (a long path, a sha256)
+    starts on a line of its own."""
+
+    def __init__(self, title: str) -> None:
+        self.title, self.rows = title, []
+
+    def add_row(self, name: str, value: str) -> None:
+        self.rows.append((name, value))
+
+    def lines(self, width: int) -> list[str]:
+        pad = max(len(name) for name, _ in self.rows) + 2 if self.rows else 2
+        out = _wrapped(self.title, width)
+        for name, value in self.rows:
+            if 2 + pad + len(value.split(" ", 1)[0]) <= width:
+                out += _wrapped(name.ljust(pad) + value, width, "  ", "  " + " " * pad)
+            else:  # the value's first word does not fit beside the name
+                out += ["  " + name, *_wrapped(value, width, "    ", "    ")]
+        return out
+
+
+SPLIT_ROLES = {
+    "development": "the public development split (unofficial: add --fresh N or verify)",
+    "fresh": "{n} fresh layouts drawn at run time (official protocol)",
+}
+
+
+def summary_lines(summary: dict, width: int = 80) -> list[str]:
+    """The headline of a run (``results.json``'s summary) as lines of at most ``width`` characters: the run,
+    then one block per metric -- its mean [95% CI] and direction, the best gradient-free prior with its
+    score, the leakage over that prior (the headline), the swap control -- full names, never cut."""
+    out = _wrapped(f"{summary['attack']} on {summary['task']} ({summary['checkpoint_id']}), defense "
+                   f"{summary['defense']}, {summary['split']} split", width)
+    n, failed = summary.get("n_episodes", 0), summary.get("n_failed", 0)
+    ms = summary.get("ms_per_frame")
+    speed = f"{ms:.2f} ms/frame" if _number(ms) != "n/a" else "no frames scored"
+    sealed = "sealed" if summary.get("sealed", True) else "UNSEALED (debugging only; cannot be submitted)"
+    out += _wrapped(f"{n - failed}/{n} episodes scored, {speed}, {sealed}", width)
+    role = summary.get("split_role")
+    if role is not None:
+        fresh = summary.get("fresh_layouts") or {}
+        text = SPLIT_ROLES.get(str(role), str(role)).format(n=fresh.get("n", "N") if isinstance(fresh, dict) else "N")
+        out += _wrapped(f"scored on: {text}", width)
+    any_prior = False
+    for name, m in summary.get("metrics", {}).items():
+        direction = "higher" if m.get("higher_is_better", True) else "lower"
+        out.append("")
+        out += _wrapped(f"{name}  {_interval(m)}  ({direction} is better)", width)
         best = m.get("best_prior")
-        prior = f"{best.removeprefix('prior:')} {m['references'][best]['mean']:.4g}" if best else "-"
-        table.add_row(name, fmt(m), prior, fmt(m["prior_leakage"]) if best else "-",
-                      fmt(m["control"]) if "control" in m else "-", fmt(m["leakage"]) if "leakage" in m else "-",
-                      str(m.get("failed_frames", 0)))
-    console.print(table)
-    if any(m.get("best_prior") for m in summary["metrics"].values()):
-        console.print("leakage vs best prior = metric - the best gradient-free prior fitted on train layouts, paired "
-                      "per episode (the headline; docs/priors.md); the swap control is the attack's output for "
-                      "another episode.", markup=False, highlight=False, soft_wrap=True)
+        if best:
+            any_prior = True
+            prior = m.get("references", {}).get(best, {})
+            out += _wrapped(f"best prior     {best.removeprefix('prior:')} {_interval(prior)}", width, "  ", "      ")
+        if m.get("control") is not None:
+            out += _wrapped(f"swap control   {_interval(m['control'])}", width, "  ", "      ")
+        reference, leak = m.get("strongest_reference"), m.get("reference_leakage")
+        if reference is None and best:  # a results.json written before the strongest reference was stated
+            reference, leak = best, m.get("prior_leakage")
+        if reference is not None and leak is not None:
+            which = "the swap control" if reference == "swap_control" else "the best prior"
+            out += _wrapped(f"leakage        {_interval(leak, signed=True)} over {which} (stronger)",
+                            width, "  ", "      ")
+        elif m.get("leakage") is not None:
+            out += _wrapped(f"leakage        {_interval(m['leakage'], signed=True)} over the swap control", width,
+                            "  ", "      ")
+        if m.get("failed_frames"):
+            out += _wrapped(f"failed frames  {m['failed_frames']} (each scored the metric's worst value)", width,
+                            "  ", "      ")
+    if any_prior:
+        out.append("")
+        out += _wrapped("leakage = metric - the stronger of the best gradient-free prior (fitted on train "
+                        "layouts; docs/priors.md) and the swap control (the attack's output for another "
+                        "episode), paired per episode: the headline.", width, hang="")
     for note in summary.get("notes", []):
-        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+        out += _wrapped(f"note: {note}", width)
+    return out
+
+
+def print_summary(summary: dict) -> None:
+    _say(summary_lines(summary, console.width))
 
 
 @app.command("export-gradients")
@@ -406,7 +500,8 @@ def grid(
     utility_seeds: int = typer.Option(1, help="training seeds per setting (seed, seed+1, ...): the table and plot show mean ± sd"),
     utility_start: str = typer.Option("init", help="weights the utility runs start from: init, or trained (fine-tuning)"),
     attack_param: list[str] = typer.Option([], "--attack-param", "-A", help="ATTACK.KEY=VALUE (repeatable), e.g. inverting_gradients.preset=quick"),
-    out: Path = typer.Option(Path("runs/grid"), help="output folder (cells/, grid.md, grid.csv, privacy_utility_*.png)"),
+    out: Optional[Path] = typer.Option(None, help="output folder (cells/, grid.md, grid.csv, privacy_utility_*.png; "
+                                       "default: runs/grid, or $GRADLEAK_BENCH_RUNS/grid)"),
     executor: str = typer.Option("local", help="local (default) or ray: cells and utility runs as Ray tasks"),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address (default: start a local one)"),
 ) -> None:
@@ -418,7 +513,12 @@ def grid(
     Example: gradleak-bench grid -a closed_form -t ActivePerception/dqn_compact --utility-budget 5000 --episodes 12
     """
     from gradleak_bench import plugins
+    from gradleak_bench.paths import default_run_dir
     from gradleak_bench.run.grid import STANDARD_SETTINGS, STANDARD_TARGETS, DefenseSetting, GridConfig, run_grid
+
+    out = out or Path(default_run_dir("grid"))
+    if episodes is not None and episodes < 1:
+        raise GradleakError(f"--episodes must be a positive integer (1 or more), got {episodes}")
 
     targets = []
     for t in target:
@@ -564,7 +664,58 @@ def leaderboard(
     console.print(f"wrote {md} and {page}")
 
 
+def _reflow_help() -> None:
+    """Help that reads at any width, 80 columns in a pipe included (click's plain formatter, which wraps and
+    never cuts): each command's docstring as flowing paragraphs (its own line breaks, made for the source's
+    width, joined), its first paragraph whole in the command list (click shortens it with "..."), and no line
+    broken at a hyphen (``train-victim``, ``gradleak-bench`` stay whole)."""
+    import importlib
+    import inspect
+
+    for info in app.registered_commands:
+        doc = info.help or inspect.getdoc(info.callback) or ""
+        info.help = "\n\n".join(" ".join(part.split()) for part in doc.split("\n\n"))
+        info.short_help = info.short_help or info.help.split("\n\n")[0]
+    for name in ("typer._click._textwrap", "click._textwrap"):  # what each formatting.wrap_text imports per call
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # another typer or click: its own wrapping
+            continue
+        base = module.TextWrapper
+        if getattr(base, "whole_words", False):
+            continue
+
+        class _WholeWords(base):  # type: ignore[misc, valid-type]
+            whole_words = True
+
+            def __init__(self, *args: object, **kwargs: object) -> None:
+                kwargs.setdefault("break_on_hyphens", False)
+                super().__init__(*args, **kwargs)
+
+        module.TextWrapper = _WholeWords
+
+
+_reflow_help()
+
+
+def _plain_warnings() -> None:
+    """A warning the command raises (a run folder started afresh, a torn log line, a prior refitted) printed as
+    one plain line on stderr, ``warning: MESSAGE``: Python's default format adds the file:line and the source
+    line, which read like a crash. Code that catches warnings (``pytest.warns``) still gets them."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        kind = "" if issubclass(category, UserWarning) else f" ({category.__name__})"
+        try:
+            (file or sys.stderr).write(f"warning{kind}: {' '.join(str(message).split())}\n")
+        except (OSError, ValueError):  # stderr closed: nothing to tell
+            pass
+
+    warnings.showwarning = show
+
+
 def main() -> None:
+    _plain_warnings()
     try:
         app()
     except SystemExit as exc:
@@ -574,7 +725,7 @@ def main() -> None:
     except GradleakError as exc:
         from rich.markup import escape
 
-        err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}")
+        err_console.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)  # one line in a log
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted; finished results are kept")

@@ -278,7 +278,7 @@ def iter_generate(config: DatasetConfig, progress: bool = True, limit: int | Non
     (what the maintainer does once to record a split: tools/publish_zoo.py)."""
     from itertools import groupby
 
-    from tqdm.auto import tqdm
+    from gradleak_bench.progress import progress as tqdm
 
     recorded = recorded_actions(config) if replay else {}
     units = [[(e, layout, seed, recorded.get(e)) for e, layout, seed in group]

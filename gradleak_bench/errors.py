@@ -122,3 +122,11 @@ class PluginFailure(GradleakError):
 
 class PluginCrashed(PluginContractError):
     """The plug-in's process exited (``os._exit``, a segfault, killed): the run stops, finished rows are kept."""
+
+
+def notice(message: str) -> None:
+    """Tell the user something about the run as one plain line on stderr, ``note: MESSAGE`` (whitespace,
+    newlines included, collapsed): not a Python warning, whose file:line and source line read like a crash."""
+    import sys
+
+    print("note: " + " ".join(str(message).split()), file=sys.stderr, flush=True)

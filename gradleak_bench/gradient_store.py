@@ -296,7 +296,7 @@ def export_gradients(out: str | Path, task: str = "PointNav", victim: str | None
     compressed and written by the worker that ran it (so compression scales with the workers; ``out`` must
     then be on storage every worker sees), plus ``index.json`` written last. Re-running an interrupted
     sharded export redoes only the parts that are missing or incomplete."""
-    from tqdm.auto import tqdm
+    from gradleak_bench.progress import progress as tqdm
 
     from gradleak_bench import dataset as datasets
     from gradleak_bench.stream.per_sample import PerSampleGradients

@@ -1,4 +1,5 @@
-"""Where caches live. ``GRADLEAK_BENCH_CACHE`` overrides the default (tests point it at a temp dir)."""
+"""Where caches and default outputs live. ``GRADLEAK_BENCH_CACHE`` overrides the cache folder and
+``GRADLEAK_BENCH_RUNS`` the folder of default run outputs (``runs/``); tests point both at a temp dir."""
 from __future__ import annotations
 
 import os
@@ -14,9 +15,47 @@ def cache_dir() -> Path:
     return path
 
 
+def default_run_dir(name: str) -> str:
+    """The output folder of a run given no ``--out``: ``runs/NAME`` in the current folder, or
+    ``$GRADLEAK_BENCH_RUNS/NAME`` when that variable is set."""
+    return os.path.join(os.environ.get("GRADLEAK_BENCH_RUNS") or "runs", name)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write via a temp file and rename so a killed process never leaves a half-written file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def strict_json(value: object) -> object:
+    """``value`` as plain JSON data: NaN and +-Inf become None (JSON null), numpy scalars and arrays plain
+    numbers and lists, tuples lists. Files written for users are strict JSON (RFC 8259 has no NaN); their
+    readers take null where a number is undefined."""
+    import math
+    import numbers
+
+    if isinstance(value, dict):
+        return {str(k) if not isinstance(k, str) else k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if type(value).__name__ == "bool_":  # numpy's boolean scalar
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    if hasattr(value, "tolist"):  # a numpy array
+        return strict_json(value.tolist())
+    return value
+
+
+def dumps_strict(value: object, **kwargs: object) -> str:
+    """``json.dumps`` of :func:`strict_json` (``value``), refusing anything that would not be strict JSON."""
+    import json
+
+    return json.dumps(strict_json(value), allow_nan=False, **kwargs)  # type: ignore[arg-type]

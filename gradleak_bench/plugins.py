@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from gradleak_bench import registry
-from gradleak_bench.errors import PluginLoadError
+from gradleak_bench.errors import GradleakError, PluginLoadError
 from gradleak_bench.hooks import AttackBase, DefenseBase  # noqa: F401  part of the plug-in API
 from gradleak_bench.records import GradientStream, ObservedEpisode, Reconstruction, VictimInfo
 
@@ -122,15 +122,85 @@ def load(kind: str, reference: str, params: Mapping[str, Any] | None = None) -> 
     """
     factory = registry.resolve(kind, reference)
     check_plugin_class(kind, reference, factory)
+    params = dict(params or {})
     try:
-        plugin = factory(**dict(params or {}))
+        plugin = factory(**params)
+    except GradleakError as exc:  # the plug-in's own check: it names the parameter, its type and range
+        raise PluginLoadError(f"{kind} {reference!r}: {exc}") from None
     except (TypeError, ValueError) as exc:  # unknown or invalid parameters: checked before any work starts
-        raise PluginLoadError(f"cannot create {kind} {reference!r} with parameters {dict(params or {})}: {exc}") from exc
+        raise PluginLoadError(parameter_problem(kind, reference, factory, params) or
+                              f"cannot create {kind} {reference!r} with parameters {params}: {exc}") from exc
+    if problem := parameter_problem(kind, reference, factory, params, unknown_names=False):  # silently coerced
+        raise PluginLoadError(problem)
     protocol = Attack if kind == "attack" else Defense
     if not isinstance(plugin, protocol):
         needed = "name, fields and reconstruct()" if kind == "attack" else "name and release()"
         raise PluginLoadError(f"{reference!r} is not a {kind}: it must have {needed} (see docs/plugins.md)")
     return plugin
+
+
+def parameter_problem(kind: str, reference: str, factory: Any, params: Mapping[str, Any],
+                      unknown_names: bool = True) -> str | None:
+    """What is wrong with ``params`` for the plug-in class ``factory``, read from its constructor's signature:
+    a name it has no parameter for (with the names it has; ``unknown_names``), or a value of another type than the parameter's
+    annotation (``float``: a number, ``int``: an integer, ``bool``: true or false, ``str``: a string, each
+    ``| None`` also null); None when nothing is. Parameters without a plain annotation are not checked."""
+    import typing
+
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return None
+    named = {n: p for n, p in signature.parameters.items()
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    open_ended = any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values())
+    try:
+        hints = typing.get_type_hints(factory.__init__)
+    except Exception:  # noqa: BLE001  an annotation that does not evaluate: no type checks
+        hints = {}
+    for key, value in params.items():
+        if key not in named:
+            if open_ended or not unknown_names:
+                continue
+            known = ", ".join(named) or "none"
+            return f"{kind} {reference!r} has no parameter {key!r} (its parameters: {known})"
+        expected = _expected(hints.get(key))
+        if expected is not None and not _matches(value, expected):
+            return f"{kind} {reference!r}: parameter {key} expects {_describe(expected)}, got {value!r}"
+    return None
+
+
+_PLAIN = (bool, int, float, str)
+
+
+def _expected(annotation: Any) -> tuple[type, ...] | None:
+    """The plain types (bool, int, float, str, NoneType) an annotation allows, or None when it is anything
+    else (a list, a mapping, object, Any): not checked."""
+    import types
+    import typing
+
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+        else (annotation,)
+    allowed = tuple(m for m in members if m in _PLAIN or m is type(None))
+    return allowed if allowed and len(allowed) == len(members) else None
+
+
+def _matches(value: Any, allowed: tuple[type, ...]) -> bool:
+    if value is None:
+        return type(None) in allowed
+    if isinstance(value, bool):
+        return bool in allowed
+    if isinstance(value, int):
+        return int in allowed or float in allowed
+    if isinstance(value, float):
+        return float in allowed
+    return isinstance(value, str) and str in allowed
+
+
+def _describe(allowed: tuple[type, ...]) -> str:
+    words = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
+    names = [words[t] for t in allowed if not (t is int and float in allowed)]
+    return " or ".join(names)
 
 
 def parse_params(pairs: list[str] | None) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Hermetic tests: every cache and output goes to a temp dir, W&B is offline, no network."""
+"""Hermetic tests: every cache and output goes to a temp dir, W&B is offline, no network. Nothing is written into
+the working tree: a run given no --out goes to $GRADLEAK_BENCH_RUNS (tests/test_cli.py checks it)."""
 from __future__ import annotations
 
 import os
@@ -11,6 +12,8 @@ def hermetic_environment(factory: pytest.TempPathFactory) -> dict[str, str]:
     get them too, so their caches and prior fits are the test's."""
     return {
         "GRADLEAK_BENCH_CACHE": str(_shared_cache(factory)),
+        # the default output folder (runs/latest, runs/grid) of a run given no --out
+        "GRADLEAK_BENCH_RUNS": str(factory.getbasetemp() / "runs"),
         "WANDB_MODE": "offline",
         "WANDB_SILENT": "true",
         "WANDB_DIR": str(factory.getbasetemp()),

@@ -216,15 +216,25 @@ def test_victim_info_copies_a_policy_that_has_already_run_forward():
         assert torch.equal(a, b), name
 
 
-def test_without_isolation_the_default_run_is_unsealed_and_says_so(tmp_path, monkeypatch):
+def test_without_isolation_the_default_run_is_unsealed_and_says_so(tmp_path, monkeypatch, capfd):
     """The README's main job must run on a machine without bubblewrap: the default (sealed=None) falls back
-    to an unsealed run with a warning, marked in results.json (submit refuses it); --sealed refuses instead."""
+    to an unsealed run with a notice -- one plain line on stderr, not a Python warning with its file:line --
+    marked in results.json (submit refuses it); --sealed refuses instead."""
+    import warnings
+
     from gradleak_bench.errors import GradleakError
     from gradleak_bench.run import sandbox
 
     monkeypatch.setattr(sandbox, "isolation", lambda: (None, "bubblewrap (bwrap) is not installed"))
-    with pytest.warns(UserWarning, match="UNSEALED"):
+    capfd.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         result = _run(tmp_path, episodes=2, control=False, priors=False)
+    assert not [w for w in caught if "unsealed" in str(w.message).lower()]
+    notes = [line for line in capfd.readouterr().err.splitlines() if "unsealed" in line]
+    assert notes == ["note: running unsealed (bubblewrap (bwrap) is not installed): the plug-ins could read the "
+                     "truth, so the results are marked unsealed and cannot be submitted; apt-get install "
+                     "bubblewrap to seal (docs/evaluate.md)."]
     assert result.summary["sealed"] is False and result.summary["isolation"] is None
     with pytest.raises(GradleakError, match="apt-get install bubblewrap"):
         _run(tmp_path / "b", episodes=2, sealed=True)

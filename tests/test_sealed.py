@@ -64,9 +64,9 @@ def test_truth_through_the_callers_frames_or_memory_is_not_there(tmp_path):
     assert all("no truth found" in r.error for r in result.rows)
 
 
-def test_the_same_cheat_unsealed_reads_the_truth(tmp_path):
-    with pytest.warns(UserWarning, match="unsealed"):
-        result = _run(tmp_path, f"{_stack_cheat(tmp_path)}:StackCheat", sealed=False)
+def test_the_same_cheat_unsealed_reads_the_truth(tmp_path, capfd):
+    result = _run(tmp_path, f"{_stack_cheat(tmp_path)}:StackCheat", sealed=False)
+    assert "note: running unsealed (--unsealed, debugging only)" in capfd.readouterr().err
     assert result.summary["metrics"]["action_accuracy"]["mean"] == 1.0
     assert result.summary["sealed"] is False and result.summary["isolation"] is None
 

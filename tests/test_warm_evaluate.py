@@ -55,7 +55,6 @@ def test_finite_gradients_whose_sum_overflows_are_accepted():
     check_released({"w": big}, {"w": (8,)}, 4, "test")
 
 
-@pytest.mark.filterwarnings("ignore:unsealed run")  # unsealed: the count does not need bubblewrap
 def test_each_episode_truth_is_read_once_per_run(tmp_path, monkeypatch):
     from gradleak_bench import dataset as datasets
     from gradleak_bench.run import EvaluateConfig, evaluate
@@ -138,7 +137,6 @@ class Reader:
 """
 
 
-@pytest.mark.filterwarnings("ignore:no isolation")
 def test_an_attack_receives_only_the_gradients_it_reads(tmp_path):
     from gradleak_bench.run import EvaluateConfig, evaluate
 
@@ -149,7 +147,6 @@ def test_an_attack_receives_only_the_gradients_it_reads(tmp_path):
     assert result.summary["metrics"]["action_accuracy"]["mean"] == 1.0
 
 
-@pytest.mark.filterwarnings("ignore:no isolation")
 def test_reading_a_gradient_the_victim_does_not_release_is_one_clear_error(tmp_path):
     from gradleak_bench.errors import PluginContractError
     from gradleak_bench.run import EvaluateConfig, evaluate

@@ -163,9 +163,9 @@ class GaussianNoise:
     needs: ClassVar[str] = "mean"
 
     def __init__(self, sigma: float = 1e-2, train_noise: str = "per_sample"):
-        if not sigma >= 0:
-            raise ValueError(f"sigma must be >= 0, got {sigma}")
-        self.sigma = float(sigma)
+        from .suite import _real
+
+        self.sigma = _real("sigma", sigma, 0.0)
         self.train_noise = check_train_noise(train_noise)
 
     def noise_of_mean(self, shapes: Mapping[str, tuple[int, ...]], batch: int, rng: np.random.Generator,
@@ -193,9 +193,9 @@ class TopK:
     needs: ClassVar[str] = "per_sample"
 
     def __init__(self, keep: float = 0.1):
-        if not 0 < keep <= 1:
-            raise ValueError(f"keep must be in (0, 1], got {keep}")
-        self.keep = float(keep)
+        from .suite import _real
+
+        self.keep = _real("keep", keep, 0, 1, low_open=True)
 
     def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream:
         return GradientStream({name: assemble_blocks(g, blocks) for name, g, blocks in self._blocks(gradients)})

@@ -75,7 +75,7 @@ def episode_rows(rows: list[dict[str, Any]], metrics: dict[str, Any], source: st
                            "values": {}, "controls": {}, "references": {}, "failed_frames": {}}
 
     def column(key: str, what: str) -> list[float | None]:
-        return [_defined(r.get(key), f"{source}: episode {r['episode_id']} {what}") for r in ok]
+        return [_defined(r[key] if key in r else _MISSING, f"{source}: episode {r['episode_id']} {what}") for r in ok]
 
     for name, m in metrics.items():
         m = m if isinstance(m, dict) else {}
@@ -91,10 +91,14 @@ def episode_rows(rows: list[dict[str, Any]], metrics: dict[str, Any], source: st
     return out
 
 
+_MISSING = "missing"  # a row without the column: a corrupt file, never an undefined value
+
+
 def _defined(value: Any, where: str) -> float | None:
-    """A per-episode value, or None where the scorer recorded NaN: the metric is undefined on that episode by
-    its truth (failed reconstructions are scored the metric's worst value, never NaN)."""
-    if isinstance(value, float) and math.isnan(value):
+    """A per-episode value, or None where the scorer recorded an undefined one (null in episodes.jsonl; NaN in
+    the files of older versions): the metric is undefined on that episode by its truth (failed reconstructions
+    are scored the metric's worst value, never undefined)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     return _finite(value, where)
 

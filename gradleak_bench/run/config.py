@@ -4,6 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gradleak_bench.errors import GradleakError
+from gradleak_bench.paths import default_run_dir
+
 
 @dataclass(frozen=True)
 class EvaluateConfig:
@@ -28,7 +31,8 @@ class EvaluateConfig:
     sample_seed: int | None = None
     attack_params: dict[str, Any] = field(default_factory=dict)
     defense_params: dict[str, Any] = field(default_factory=dict)
-    out: str = "runs/latest"
+    # runs/latest, or $GRADLEAK_BENCH_RUNS/latest (gradleak_bench.paths.default_run_dir)
+    out: str = field(default_factory=lambda: default_run_dir("latest"))
     wandb: str = "offline"
     control: bool = True
     # Score the gradient-free priors fitted on train layouts (gradleak_bench.priors) beside the attack and report
@@ -48,3 +52,13 @@ class EvaluateConfig:
     # in results.json, never submittable). None (the default): sealed where the OS can isolate, else unsealed
     # with a warning -- so the README's main job runs on a machine without bubblewrap, and its results say so.
     sealed: bool | None = None
+
+
+def check_config(config: EvaluateConfig) -> None:
+    """Refuse counts outside their range before any work, naming the option, its type and its range
+    (exit 2 in the CLI)."""
+    for option, value, low in (("--episodes", config.episodes, 1), ("--shard-size", config.shard_size, 1)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise GradleakError(f"{option} must be a positive integer ({low} or more), got {value!r}")

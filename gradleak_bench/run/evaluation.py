@@ -20,11 +20,12 @@ import numpy as np
 
 # Nothing imported here loads torch, SB3 or h5py: a run starts its sealed plug-in processes first and imports
 # those (about 2 s of CPU) while the plug-ins import theirs (docs/evaluate.md, "Speed").
-from gradleak_bench.errors import AttackNotApplicableError, GradleakError, PluginContractError, RunStateError
+from gradleak_bench.errors import (AttackNotApplicableError, GradleakError, PluginContractError, RunStateError,
+                                   notice)
 from gradleak_bench.metrics import select_metrics
-from gradleak_bench.paths import atomic_write_bytes
+from gradleak_bench.paths import atomic_write_bytes, dumps_strict
 from gradleak_bench.records import TRUTH_FIELDS
-from gradleak_bench.run.config import EvaluateConfig
+from gradleak_bench.run.config import EvaluateConfig, check_config
 from gradleak_bench.run.fresh import FreshLayouts, generate_fresh
 from gradleak_bench.run.sandbox import PluginFailure, PluginProcess
 from gradleak_bench.run.setup import (attack_reads, fit_request, gradient_source, plugin_step, run_victim, send_victim,
@@ -89,6 +90,7 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
               fresh: FreshLayouts | None, references: list[Reference]) -> RunResult:
     from gradleak_bench.paths import cache_dir
 
+    check_config(config)
     task = get_task(config.task)
     config, mechanism = _sealing(config, fresh)
     out = Path(config.out)
@@ -165,15 +167,15 @@ def _start_tracking(config: EvaluateConfig) -> Any:
 
 
 def _sealing(config: EvaluateConfig, fresh: FreshLayouts | None) -> tuple[EvaluateConfig, str | None]:
-    """``config`` with ``sealed`` decided (``None`` = where the OS can isolate), and the isolation mechanism."""
-    from gradleak_bench.run.sandbox import INSTALL_HINT, isolation, require_isolation
+    """``config`` with ``sealed`` decided (``None`` = where the OS can isolate), and the isolation mechanism.
+    An unsealed run says so in one plain line on stderr (:func:`~gradleak_bench.errors.notice`)."""
+    from gradleak_bench.run.sandbox import isolation, require_isolation
 
     if config.sealed is None:
         available, reason = isolation()
         if available is None and fresh is None:
-            warnings.warn(f"no isolation on this machine ({reason}): this run is UNSEALED, so its plug-ins could "
-                          f"read the truth; it is marked unsealed and cannot be submitted. To seal: {INSTALL_HINT}",
-                          stacklevel=3)
+            notice(f"running unsealed ({reason}): the plug-ins could read the truth, so the results are marked "
+                   "unsealed and cannot be submitted; apt-get install bubblewrap to seal (docs/evaluate.md).")
             return dataclasses.replace(config, sealed=False), None
         config = dataclasses.replace(config, sealed=True)
     if config.sealed:
@@ -181,8 +183,8 @@ def _sealing(config: EvaluateConfig, fresh: FreshLayouts | None) -> tuple[Evalua
     if fresh is not None:
         raise GradleakError("fresh-layout scoring is always sealed (an unsealed plug-in could read the fresh "
                             "truth in the scorer's process): drop --unsealed")
-    warnings.warn("unsealed run: the plug-ins run inside the scorer's process and could read the truth; the "
-                  "results are marked unsealed and can never be submitted", stacklevel=3)
+    notice("running unsealed (--unsealed, debugging only): the plug-ins run inside the scorer's process and could "
+           "read the truth, so the results are marked unsealed and can never be submitted.")
     return config, None
 
 
@@ -264,7 +266,7 @@ class _Run:
         key = self.key()
         self.store = store = RunStore(self.out, key, {"config": asdict(self.config), "episode_ids": self.episode_ids},
                                       resume=resume)
-        if store.discarded:
+        if store.discarded and resume:  # --no-resume asked for it: nothing to warn about
             warnings.warn(f"{self.out}: not resuming the earlier run there ({store.discarded}); starting fresh",
                           stacklevel=4)
         todo = [i for i, e in enumerate(self.episode_ids) if not store.finished(e, self.needs_recon)]
@@ -308,7 +310,7 @@ class _Run:
                 self.controls.add(i, EpisodeRow.from_record(rows[episode_id]), None, None)
 
     def _units(self, todo: list[int], key: str, executor: Any, progress: bool) -> None:
-        from tqdm.auto import tqdm
+        from gradleak_bench.progress import progress as tqdm
 
         from gradleak_bench.run.shards import EpisodeWorker, plan_units
 
@@ -425,8 +427,8 @@ def _versions() -> dict[str, str]:
 def write_results(result: RunResult) -> None:
     """results.json, episodes.csv and episodes.jsonl, each written once, atomically."""
     flat = [r.flat() for r in result.rows]
-    atomic_write_bytes(result.out / "results.json", json.dumps(result.summary, indent=1, default=float).encode())
-    atomic_write_bytes(result.out / "episodes.jsonl", "".join(json.dumps(r, default=float) + "\n" for r in flat).encode())
+    atomic_write_bytes(result.out / "results.json", dumps_strict(result.summary, indent=1).encode())
+    atomic_write_bytes(result.out / "episodes.jsonl", "".join(dumps_strict(r) + "\n" for r in flat).encode())
     atomic_write_bytes(result.out / "episodes.csv", episodes_csv(flat).encode())
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from gradleak_bench import plugins
 from gradleak_bench.errors import AttackNotApplicableError, GradleakError
-from gradleak_bench.paths import atomic_write_bytes
+from gradleak_bench.paths import atomic_write_bytes, default_run_dir, dumps_strict
 
 # The leakage shown for an attack: the first of these that it reconstructs.
 HEADLINE_METRICS = ("rgb_psnr", "hausdorff", "action_accuracy", "bbox_iou", "depth_psnr", "return_rel_error")
@@ -109,7 +109,7 @@ class GridConfig:
     utility_seeds: int = 1
     # The weights utility runs start from: ``init`` (training from scratch) or ``trained`` (fine-tuning).
     utility_start: str = "init"
-    out: str = "runs/grid"
+    out: str = field(default_factory=lambda: default_run_dir("grid"))
     executor: str = "local"
     ray_address: str | None = None
     attack_params: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -263,7 +263,7 @@ def plan(config: GridConfig) -> list[Cell]:
 
 def run_grid(config: GridConfig, progress: bool = True) -> dict[str, Any]:
     """Run (or resume) the grid and write its table, plot and files; returns ``grid.json``'s content."""
-    from tqdm.auto import tqdm
+    from gradleak_bench.progress import progress as tqdm
 
     from gradleak_bench.run.executors import get_executor
 
@@ -335,7 +335,7 @@ def _rows(grid: dict[str, Any]) -> list[dict[str, Any]]:
 def write_outputs(grid: dict[str, Any], out: Path) -> None:
     import pandas as pd
 
-    atomic_write_bytes(out / "grid.json", json.dumps(grid, indent=1, default=float).encode())
+    atomic_write_bytes(out / "grid.json", dumps_strict(grid, indent=1).encode())
     frame = pd.DataFrame(_rows(grid))
     atomic_write_bytes(out / "grid.csv", frame.to_csv(index=False).encode())
     atomic_write_bytes(out / "grid.md", markdown_table(frame).encode())

@@ -59,7 +59,7 @@ from stable_baselines3.common.utils import obs_as_tensor
 from gradleak_bench import plugins
 from gradleak_bench.errors import DefenseDeclarationError, GradleakError, InvalidGradientError
 from gradleak_bench.hooks import ActionPrivate, Checks, DifferentiallyPrivate, ReportsActions
-from gradleak_bench.paths import atomic_write_bytes, cache_dir
+from gradleak_bench.paths import atomic_write_bytes, cache_dir, dumps_strict
 from gradleak_bench.records import GradientStream, LossSpec
 from gradleak_bench.stream.inputs import minibatch_inputs
 from gradleak_bench.stream.live import loss_spec_of
@@ -513,7 +513,7 @@ def train_defense(defense: str, params: dict[str, Any] | None = None, task: str 
     atomic_write_bytes(report_file, json.dumps(report, indent=1, default=float).encode())
     if out is not None:
         Path(out).mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(Path(out) / "train_defense.json", json.dumps(report, indent=1, default=float).encode())
+        atomic_write_bytes(Path(out) / "train_defense.json", dumps_strict(report, indent=1).encode())
     return report
 
 

@@ -205,7 +205,7 @@ def train_resumable(spec: VictimSpec, directory: Path, desc: str, hooks: Trainin
 
     Returns the SB3 model, the steps trained and the training seconds (summed over resumed sessions).
     """
-    from tqdm.auto import tqdm
+    from gradleak_bench.progress import progress as tqdm
 
     directory.mkdir(parents=True, exist_ok=True)
     model = _make_model(spec)

@@ -78,7 +78,7 @@ def collect(config: TraceConfig, auxiliary: Any, featurizer: torch.nn.Module, ca
     """(train, val) features, frames and actions: read from ``cache`` or collected with
     ``auxiliary.collect`` on ``config.protocol`` (released through the run's defense when the attacker is
     adaptive and the run has one) and cached."""
-    from tqdm.auto import tqdm
+    from gradleak_bench.progress import progress as tqdm
 
     from gradleak_bench.baselines.attacks.trace.config import defense_identity
     from gradleak_bench.errors import GradleakError

@@ -51,7 +51,7 @@ def train(model: TraceNet, train_data: TraceData, val: TraceData, cache: Artifac
     Raises:
         GradleakError: ``stop_after`` epochs were run and more remain (the checkpoint is written).
     """
-    from tqdm.auto import tqdm
+    from gradleak_bench.progress import progress as tqdm
 
     c = model.cfg
     opt = torch.optim.AdamW(model.parameters(), lr=c.lr, weight_decay=c.weight_decay)
