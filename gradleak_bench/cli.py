@@ -371,28 +371,30 @@ def summary_lines(summary: dict, width: int = 80) -> list[str]:
         best = m.get("best_prior")
         if best:
             any_prior = True
-            prior = m.get("references", {}).get(best, {})
-            out += _wrapped(f"best prior     {best.removeprefix('prior:')} {_interval(prior)}", width, "  ", "      ")
+            line = f"best prior     {best.removeprefix('prior:')} {_interval(m.get('references', {}).get(best, {}))}"
+            if m.get("prior_leakage") is not None:
+                line += f", leakage {_interval(m['prior_leakage'], signed=True)}"
+            out += _wrapped(line, width, "  ", "      ")
         if m.get("control") is not None:
-            out += _wrapped(f"swap control   {_interval(m['control'])}", width, "  ", "      ")
+            line = f"swap control   {_interval(m['control'])}"
+            if m.get("leakage") is not None:
+                line += f", leakage {_interval(m['leakage'], signed=True)}"
+            out += _wrapped(line, width, "  ", "      ")
         reference, leak = m.get("strongest_reference"), m.get("reference_leakage")
         if reference is None and best:  # a results.json written before the strongest reference was stated
             reference, leak = best, m.get("prior_leakage")
         if reference is not None and leak is not None:
             which = "the swap control" if reference == "swap_control" else "the best prior"
-            out += _wrapped(f"leakage        {_interval(leak, signed=True)} over {which} (stronger)",
-                            width, "  ", "      ")
-        elif m.get("leakage") is not None:
-            out += _wrapped(f"leakage        {_interval(m['leakage'], signed=True)} over the swap control", width,
+            out += _wrapped(f"headline       {_interval(leak, signed=True)} over {which} (the stronger)", width,
                             "  ", "      ")
         if m.get("failed_frames"):
             out += _wrapped(f"failed frames  {m['failed_frames']} (each scored the metric's worst value)", width,
                             "  ", "      ")
     if any_prior:
         out.append("")
-        out += _wrapped("leakage = metric - the stronger of the best gradient-free prior (fitted on train "
-                        "layouts; docs/priors.md) and the swap control (the attack's output for another "
-                        "episode), paired per episode: the headline.", width, hang="")
+        out += _wrapped("leakage = metric - reference, paired per episode; the headline is the leakage over "
+                        "the stronger of the best gradient-free prior (fitted on train layouts; docs/priors.md) "
+                        "and the swap control (the attack's output for another episode).", width, hang="")
     for note in summary.get("notes", []):
         out += _wrapped(f"note: {note}", width)
     return out
