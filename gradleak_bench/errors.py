@@ -117,8 +117,18 @@ class PluginFailure(GradleakError):
         self.is_gradleak = bool(reply.get("gradleak"))
         self.message = str(reply.get("error", ""))[:2000]
         self.where = str(reply.get("where", ""))[:500]
-        super().__init__(self.message if self.is_gradleak else f"{self.type}: {self.message}{self.where}")
+        hint = str(reply.get("limit_hint") or "")  # set by the scorer (a resource limit's likely part), never the plug-in
+        super().__init__((self.message if self.is_gradleak else f"{self.type}: {self.message}{self.where}") + hint)
 
 
 class PluginCrashed(PluginContractError):
     """The plug-in's process exited (``os._exit``, a segfault, killed): the run stops, finished rows are kept."""
+
+
+class PluginLimitExceeded(GradleakError):
+    """A plug-in went over one of its limits (:mod:`gradleak_bench.run.limits`): its process (and everything it
+    started) was killed. In a per-episode call that episode fails; in ``fit`` or a set-up call the run stops."""
+
+    def __init__(self, message: str, limit: str, op: str):
+        self.limit, self.op = limit, op
+        super().__init__(message)

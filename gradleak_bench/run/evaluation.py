@@ -20,7 +20,8 @@ import numpy as np
 
 # Nothing imported here loads torch, SB3 or h5py: a run starts its sealed plug-in processes first and imports
 # those (about 2 s of CPU) while the plug-ins import theirs (docs/evaluate.md, "Speed").
-from gradleak_bench.errors import AttackNotApplicableError, GradleakError, PluginContractError, RunStateError
+from gradleak_bench.errors import (AttackNotApplicableError, GradleakError, PluginContractError, PluginLimitExceeded,
+                                   RunStateError)
 from gradleak_bench.metrics import select_metrics
 from gradleak_bench.paths import atomic_write_bytes
 from gradleak_bench.records import TRUTH_FIELDS
@@ -247,7 +248,7 @@ class _Run:
 
         cfg = self.config
         fields = {k: v for k, v in asdict(cfg).items()
-                  if k not in ("out", "wandb", "control", "executor", "ray_address", "shard_size")}
+                  if k not in ("out", "wandb", "control", "executor", "ray_address", "shard_size", "limits")}
         fields.update(attack_file=file_sha256(cfg.attack), defense_file=file_sha256(cfg.defense),
                       gradients_sha256=getattr(self.context.gradients, "sha256", None),
                       dataset_sha256=self.dataset.sha256, episode_ids=self.episode_ids, version=_versions(),
@@ -293,6 +294,8 @@ class _Run:
         start = time.perf_counter()
         try:
             attack.call("fit", fit_request(self.config))
+        except PluginLimitExceeded as exc:  # the run stops (exit 2); a resume fits again
+            raise GradleakError(f"{exc}; finished episodes are kept: run the same command to resume") from None
         except PluginFailure as exc:  # nothing is scored yet, so the run stops here with the reason
             if exc.is_gradleak:
                 raise GradleakError(exc.message) from None
@@ -378,7 +381,7 @@ class _Run:
             "split": config.split, "seed": config.seed, "dataset_seed": config.dataset_seed,
             "dataset": dataset.config.key, "dataset_sha256": dataset.sha256,
             "dataset_identity": getattr(dataset, "identity", dataset.sha256), "dataset_official": official,
-            "sealed": config.sealed, "isolation": self.mechanism,
+            "sealed": config.sealed, "isolation": self.mechanism, "limits": config.limits.to_dict(),
             "fresh_layouts": None if self.fresh is None else {"n": self.fresh.n, "commitment": self.fresh.commitment},
             "n_episodes": len(rows), "n_failed": len(rows) - len(ok), "n_frames": frames,
             "ms_per_frame": (sum(r.attack_ms for r in ok) / frames) if frames else math.nan,
