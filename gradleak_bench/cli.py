@@ -174,6 +174,19 @@ def _bit_identical(config, verified) -> bool:
     return all(split_identity.compare(r, mine[r.episode_id])[1] for r in record.episodes)
 
 
+LIMIT_HELP = ("a hard limit on each plug-in process (repeatable): fit=SECONDS (one fit call, default 4h), "
+              "reconstruct=SECONDS (one episode's call, default 1h), load=SECONDS (each set-up call, default 10m), "
+              "memory=SIZE (its processes together, default 16G or 3/4 of this machine's), processes=N (default "
+              "64), returned=SIZE (arrays in one answer, default 1G), printed=SIZE (stdout/stderr in one call, "
+              "default 16M); e.g. --limit reconstruct=2h --limit memory=32G (docs/evaluate.md, 'Limits')")
+
+
+def _limits(options: list[str]):
+    from gradleak_bench.run.limits import PluginLimits
+
+    return PluginLimits().with_options(options)
+
+
 @app.command()
 def evaluate(
     attack: str = typer.Argument(..., help="registered name (see `list`), module:Class, or path/to/file.py:Class"),
@@ -209,6 +222,7 @@ def evaluate(
                                           "scorer's process, where they could read the truth (marked in results.json, "
                                           "never submittable). Default: sealed where the OS can isolate, else unsealed "
                                           "with a warning"),
+    limit: list[str] = typer.Option([], "--limit", metavar="NAME=VALUE", help=LIMIT_HELP),
 ) -> None:
     """Score an attack on a task's held-out episodes, behind a defense.
 
@@ -233,7 +247,7 @@ def evaluate(
         episodes=episodes, seed=seed, dataset_seed=dataset_seed, protocol=protocol, attack_params=plugins.parse_params(attack_param),
         defense_params=plugins.parse_params(defense_param), out=str(out), wandb=wandb, control=control,
         metrics=list(metric) or None, executor=executor, ray_address=ray_address, shard_size=shard_size,
-        gradients=str(gradients) if gradients else None, sealed=sealed,
+        gradients=str(gradients) if gradients else None, sealed=sealed, limits=_limits(limit),
     )
     from gradleak_bench.run.executors import get_executor
 
@@ -464,6 +478,7 @@ def verify(
     fresh_layouts: int = typer.Option(
         8, help="also score the entry on this many fresh layouts drawn from a secret seed (0: skip); a large "
                 "drop from the official score flags overfitting to the public test layouts"),
+    limit: list[str] = typer.Option([], "--limit", metavar="NAME=VALUE", help=LIMIT_HELP),
 ) -> None:
     """Re-run an entry's own code on a seeded random subset of the held-out episodes and check every metric,
     its control, leakage and failed frames against the entry's own per-episode rows (rules:
@@ -472,7 +487,7 @@ def verify(
     from gradleak_bench.leaderboard.verify import verify_file
 
     result = verify_file(entry, episodes=episodes, seed=seed, attack=attack, allow_unofficial=allow_unofficial,
-                         progress=True, fresh_layouts=fresh_layouts)
+                         progress=True, fresh_layouts=fresh_layouts, limits=_limits(limit))
     for check in result.checks + result.fresh:
         (console if check.ok else err_console).print(check.describe(), markup=False, highlight=False, soft_wrap=True)
     for note in result.notes:

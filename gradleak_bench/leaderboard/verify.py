@@ -171,7 +171,8 @@ def admit(entry: Entry, allow_unofficial: bool = False, attack: str | None = Non
 # --- the re-run (sealed: plug-in code runs only in its own processes, never in the verifier's) ---------------
 
 
-def _config(entry: Entry, folder: Path, tmp: Path, episodes: int | None, seed: int | None, priors: bool) -> Any:
+def _config(entry: Entry, folder: Path, tmp: Path, episodes: int | None, seed: int | None, priors: bool,
+            limits: Any = None) -> Any:
     from gradleak_bench.leaderboard.checks import standard_dataset
     from gradleak_bench.run.config import EvaluateConfig
 
@@ -187,6 +188,7 @@ def _config(entry: Entry, folder: Path, tmp: Path, episodes: int | None, seed: i
         metrics=_metrics(entry),
         out=str(tmp / "run"), wandb="disabled", sealed=True, priors=priors,
         control=any(m.control is not None for m in entry.metrics.values()),
+        **({} if limits is None else {"limits": limits}),
     )
 
 
@@ -206,25 +208,25 @@ def _metrics(entry: Entry) -> list[str] | None:
 
 
 def rerun(entry: Entry, folder: Path, episodes: int = 8, seed: int = 0, progress: bool = False,
-          priors: bool = True) -> Rerun:
+          priors: bool = True, limits: Any = None) -> Rerun:
     """Re-run the entry's bound code, sealed, on ``episodes`` held-out episodes drawn at random with ``seed``
     (``priors``: also score the gradient-free priors, fitted once per checkpoint, so their rows are checked)."""
     from gradleak_bench.run.evaluation import Scorer
 
     with tempfile.TemporaryDirectory(prefix="gradleak-verify-") as tmp:
-        config = _config(entry, folder, Path(tmp), episodes, seed, priors)
+        config = _config(entry, folder, Path(tmp), episodes, seed, priors, limits)
         result = Scorer(config).evaluate(progress=progress, resume=False)
     return rerun_from(result.summary, [r.flat() for r in result.rows], "the re-run")
 
 
 def fresh_rerun(entry: Entry, folder: Path, layouts: int, secret: int, progress: bool = False,
-                priors: bool = True) -> Rerun:
+                priors: bool = True, limits: Any = None) -> Rerun:
     """Score the entry's bound code on ``layouts`` fresh layouts drawn from the secret seed (one episode each)."""
     from gradleak_bench.run.evaluation import Scorer
     from gradleak_bench.run.fresh import FreshLayouts
 
     with tempfile.TemporaryDirectory(prefix="gradleak-verify-fresh-") as tmp:
-        result = Scorer(_config(entry, folder, Path(tmp), None, None, priors)).evaluate(
+        result = Scorer(_config(entry, folder, Path(tmp), None, None, priors, limits)).evaluate(
             fresh_layouts=FreshLayouts(secret, layouts), progress=progress, resume=False)
     return rerun_from(result.summary, [r.flat() for r in result.rows], "the fresh-layout run")
 
@@ -335,16 +337,17 @@ FRESH_LAYOUTS = 8
 
 def verify_entry(entry: Entry, folder: Path, episodes: int = 8, seed: int = 0, attack: str | None = None,
                  allow_unofficial: bool = False, progress: bool = False,
-                 fresh_layouts: int = FRESH_LAYOUTS, priors: bool = True) -> Verification:
+                 fresh_layouts: int = FRESH_LAYOUTS, priors: bool = True, limits: Any = None) -> Verification:
     """Admit ``entry``, re-run it on a seeded random subset of ``episodes`` held-out episodes and compare; then
     score it on ``fresh_layouts`` layouts drawn from a secret seed (0: skip) and flag a drop. ``priors=False``
-    skips re-scoring the gradient-free priors (their rows are still checked against the entry's summary)."""
+    skips re-scoring the gradient-free priors (their rows are still checked against the entry's summary).
+    ``limits``: the plug-ins' :class:`~gradleak_bench.run.limits.PluginLimits` (default: the defaults)."""
     admit(entry, allow_unofficial, attack, folder)
-    verdict = compare(entry, rerun(entry, folder, episodes, seed, progress, priors))
+    verdict = compare(entry, rerun(entry, folder, episodes, seed, progress, priors, limits))
     if fresh_layouts <= 0:
         return verdict
     secret = int.from_bytes(os.urandom(8), "little") >> 1  # drawn now: it did not exist when the attack was written
-    fresh = fresh_rerun(entry, folder, fresh_layouts, secret, progress, priors)
+    fresh = fresh_rerun(entry, folder, fresh_layouts, secret, progress, priors, limits)
     checks_ = tuple(check_fresh(name, entry.metrics[name].higher_is_better, entry.episodes.values[name],
                                 entry.episodes.ids, fresh.values[name])
                     for name in sorted(set(entry.metrics) & fresh.metrics))
