@@ -207,7 +207,7 @@ def test_a_fit_over_its_limit_stops_the_run_with_exit_2_and_one_message(tmp_path
     done = subprocess.run([sys.executable, "-m", "gradleak_bench.cli", "evaluate", f"{path}:SlowFit", "--victim",
                            "ppo_compact", "--episodes", "1", "--wandb", "disabled", "--no-control", "--limit",
                            "fit=1", "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "GRADLEAK_BENCH_PRIOR_STEPS": "16"})
+                          env={**os.environ, "COLUMNS": "400"})  # rich wraps at 80 otherwise
     assert done.returncode == 2, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert errors == ["error: attack 'slow_fit': fit exceeded its wall-time limit of 1 s (raise it with --limit "
