@@ -275,3 +275,42 @@ def test_results_record_the_limits(tmp_path):
     recorded = json.loads((tmp_path / "run" / "results.json").read_text())["limits"]
     assert recorded == result.summary["limits"] and recorded["memory"] == 3 * GiB
     assert np.isclose(recorded["fit"], PluginLimits().fit)
+
+
+# --- Ray: the same limits in a worker's sealed plug-in processes -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(hermetic_env):
+    ray = pytest.importorskip("ray")
+    env = {**hermetic_env, "GRADLEAK_BENCH_WORKER_IDLE": "1"}  # a worker closes its plug-ins 1 s after its last unit
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": env})
+    yield ray
+    ray.shutdown()
+
+
+def _plugin_hosts() -> list[str]:
+    return [p for p in _descendants() if "gradleak_bench.run.host" in p or "bwrap" in p]
+
+
+@sealed_only
+def test_limits_hold_on_ray_workers_and_their_plugins_end_with_the_run(ray_cluster, tmp_path):
+    import time
+
+    from gradleak_bench.run.executors import get_executor
+
+    attack = _plugin(tmp_path, SLEEPS)
+    with get_executor("ray") as ex:
+        config = EvaluateConfig(attack=attack, victim="ppo_compact", episodes=3, out=str(tmp_path / "run"),
+                                wandb="disabled", sealed=True, control=False, priors=False, executor="ray",
+                                limits=PluginLimits().with_options(["reconstruct=2"]))
+        result = evaluate(config, progress=False, executor=ex)
+    assert [r.status for r in result.rows] == ["ok", "failed", "ok"], [r.error for r in result.rows]
+    assert "reconstruct exceeded its wall-time limit of 2 s (raise it with --limit reconstruct=SECONDS)" \
+        in result.rows[1].error
+    for _ in range(300):  # the worker closes its plug-in processes once idle: wait for that event (bounded)
+        if not _plugin_hosts():
+            break
+        time.sleep(0.1)
+    assert _plugin_hosts() == []

@@ -382,6 +382,8 @@ class _Run:
             "dataset": dataset.config.key, "dataset_sha256": dataset.sha256,
             "dataset_identity": getattr(dataset, "identity", dataset.sha256), "dataset_official": official,
             "sealed": config.sealed, "isolation": self.mechanism, "limits": config.limits.to_dict(),
+            "plugin_usage": {p.kind: p.usage() for p in (self.context.attack, self.context.defense)
+                             if p is not None and p.sealed},
             "fresh_layouts": None if self.fresh is None else {"n": self.fresh.n, "commitment": self.fresh.commitment},
             "n_episodes": len(rows), "n_failed": len(rows) - len(ok), "n_frames": frames,
             "ms_per_frame": (sum(r.attack_ms for r in ok) / frames) if frames else math.nan,

@@ -340,6 +340,19 @@ class _Sandbox:
             total += _tmp_used(inner)
         return total
 
+    def peak_rss(self) -> int:
+        """The plug-in's main process's peak resident memory (the kernel's VmHWM: exact, unlike the sampled
+        PSS peak)."""
+        inner = next((pid for pid, depth in self.tree() if depth == 2), None)
+        try:
+            with open(f"/proc/{inner}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            pass
+        return 0
+
     def check_processes(self) -> None:
         """Kill the tree when it has more processes than allowed (called after every answer too)."""
         n = self.processes()
@@ -517,8 +530,7 @@ class PluginProcess:
         self._load_request = ({"op": "load", "kind": kind, "reference": reference, "params": params}, {})
         self._replay: list[tuple[dict[str, Any], dict[str, Any]]] = []  # state a restarted process is given again
         self._deadline = 0.0
-        self.peak_memory = self.peak_processes = 0
-        self._closed = False
+        self.peak_memory = self.peak_processes = self.peak_rss = 0
         if sealed:
             self._start()
             self._begin("load")
@@ -672,6 +684,20 @@ class PluginProcess:
             f"the {self.label} ended its process (exit code {box.proc.returncode}) during {op}: a plug-in must "
             "return or raise, never exit. Finished episodes are kept; fix the plug-in and run the same command "
             "to resume.")
+
+    def usage(self) -> dict[str, int]:
+        """What the plug-in used so far, for results.json (``plugin_usage``): the peak memory of its processes
+        together (PSS + /tmp, sampled every 0.25 s), its main process's peak resident memory (exact) and the
+        most processes it ran at once. Sealed only (unsealed it is the scorer's process): empty."""
+        if not self.sealed:
+            return {}
+        box = self._box
+        if box is not None:
+            self.peak_memory = max(self.peak_memory, box.peak_memory)
+            self.peak_processes = max(self.peak_processes, box.peak_processes)
+            self.peak_rss = max(self.peak_rss, box.peak_rss())
+        return {"peak_memory": self.peak_memory, "peak_rss": self.peak_rss,
+                "peak_processes": self.peak_processes}
 
     def _name(self) -> str:
         return str((self._described or {}).get("name") or self.reference)
