@@ -269,6 +269,9 @@ class _Sandbox:
         self.printed = 0
         self.peak_memory = self.peak_processes = 0
         self._lock = threading.Lock()
+        # Held while the bwrap process is reaped and while its tree is walked: once reaped, its pid may be
+        # reused by an unrelated process, whose children must never be measured or signalled.
+        self._reap = threading.RLock()
         out_r, out_w = os.pipe()
         try:
             self.proc = subprocess.Popen(cmd, pass_fds=pass_fds, stdin=subprocess.DEVNULL, stdout=out_w,
@@ -322,6 +325,12 @@ class _Sandbox:
     # --- the process tree -------------------------------------------------------------------------------
     def tree(self) -> list[tuple[int, int]]:
         """``(pid, depth)`` of every process of the sandbox; depth 0 is bwrap, 1 its namespace's init."""
+        with self._reap:
+            if self.proc.returncode is not None:
+                return []
+            return self._walk()
+
+    def _walk(self) -> list[tuple[int, int]]:
         found, queue = [], [(self.proc.pid, 0)]
         while queue:
             pid, depth = queue.pop()
@@ -362,7 +371,7 @@ class _Sandbox:
                                    f"during {self.op}) {raise_hint('processes')}")
 
     def _watch(self) -> None:
-        while self.proc.poll() is None and self.violation is None:
+        while self.running() and self.violation is None:
             try:
                 tree = self.tree()
                 n = self.processes(tree)
@@ -389,7 +398,10 @@ class _Sandbox:
         import signal
 
         for _ in range(50):
-            pinned = _pin_tree(self.proc.pid)
+            with self._reap:
+                if self.proc.returncode is not None:
+                    return  # reaped: its namespace's init died before it, and the kernel killed the rest
+                pinned = _pin_tree(self.proc.pid)
             try:
                 for fd in pinned:
                     try:
@@ -402,18 +414,31 @@ class _Sandbox:
             if not pinned:
                 break
             time.sleep(0.01)
-        try:
-            self.proc.kill()
-        except OSError:
-            pass
+        with self._reap:
+            if self.proc.returncode is None:
+                try:
+                    self.proc.kill()
+                except OSError:
+                    pass
+
+    def running(self) -> bool:
+        with self._reap:
+            return self.proc.poll() is None
+
+    def reap(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the bwrap process to end; True once it is reaped."""
+        end = time.monotonic() + timeout
+        while self.running():
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.02)
+        return True
 
     def wait_gone(self, timeout: float = 10.0) -> None:
         """Reap the bwrap process and wait until no process of the tree is left."""
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        if not self.reap(timeout):
             self.kill()
-            self.proc.wait()
+            self.reap(60)
         for thread in self._threads:
             thread.join(timeout=timeout)
 
@@ -670,9 +695,7 @@ class PluginProcess:
         """The process ended (or was killed past a limit): the error to raise, once it and its tree are gone."""
         box, self._box = self._box, None
         self._close_fds()
-        try:
-            box.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        if not box.reap(30):
             box.kill()
         box.wait_gone()
         self.peak_memory = max(self.peak_memory, box.peak_memory)
@@ -780,11 +803,8 @@ class PluginProcess:
         except (wire.PeerClosed, _Deadline, OSError):
             pass
         self._close_fds()
-        try:
-            box.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        box.kill()  # what the plug-in started, if its namespace outlived it (it does not: its init is gone)
+        box.reap(10)
+        box.kill()  # past 10 s: the whole tree (an exited process's namespace is already gone with its init)
         box.wait_gone()
         self.peak_memory = max(self.peak_memory, box.peak_memory)
         self.peak_processes = max(self.peak_processes, box.peak_processes)
