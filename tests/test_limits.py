@@ -135,6 +135,9 @@ def test_the_cli_states_the_limits_and_refuses_a_bad_one(tmp_path):
                           timeout=300)
     assert done.returncode == 2, done.stderr
     assert "memory=a-lot" in done.stderr and "e.g. memory=512M" in done.stderr and "Traceback" not in done.stderr
+    done = subprocess.run([sys.executable, "-m", "gradleak_bench.cli", "verify", str(tmp_path / "entry.json"),
+                           "--limit", "reconstruct=soon"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "e.g. reconstruct=3600" in done.stderr, done.stderr
 
 
 # --- sealed: each hostile plug-in -----------------------------------------------------------------------------

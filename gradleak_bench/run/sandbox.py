@@ -12,7 +12,11 @@ Sealed (the default) runs a plug-in process under the operating system's isolati
   user namespace maps it to an unprivileged uid instead.
 
 The scorer talks to the process over two pipes in the :mod:`~gradleak_bench.run.wire` format (a JSON header
-and raw numeric arrays; never pickle). ``sealed=False`` (``evaluate --unsealed``) runs the same handlers
+and raw numeric arrays; never pickle), and holds it to its :class:`~gradleak_bench.run.limits.PluginLimits`
+from outside: a deadline on every call, a watchdog on its process tree's memory and process count, the sizes of
+its answers checked before they are read, its stdout/stderr read through a pipe up to a cap; past a limit the
+whole tree is killed and the process started again for the next call. Its writable cache is private to its
+code (:func:`plugin_cache`). ``sealed=False`` (``evaluate --unsealed``) runs the same handlers
 inside the scorer's process instead: for debugging only, recorded in results.json, never submittable.
 """
 from __future__ import annotations
@@ -556,6 +560,7 @@ class PluginProcess:
         self._replay: list[tuple[dict[str, Any], dict[str, Any]]] = []  # state a restarted process is given again
         self._deadline = 0.0
         self.peak_memory = self.peak_processes = self.peak_rss = 0
+        self._closed = False
         if sealed:
             self._start()
             self._begin("load")
@@ -612,6 +617,8 @@ class PluginProcess:
         if not self.sealed:
             return self._local_call(request, arrays)
         if self._box is None:
+            if self._closed:
+                raise GradleakError(f"the {self.label} was closed; it cannot answer {op}")
             self._restart(op)
         reply = self._exchange(request, arrays)
         if op in ("victim", "fit"):
@@ -791,6 +798,7 @@ class PluginProcess:
 
     def close(self) -> None:
         """Ask the process to exit, then make sure that nothing it started is left."""
+        self._closed = True
         if self._staged is not None:
             shutil.rmtree(self._staged[0], ignore_errors=True)
             self._staged = None
