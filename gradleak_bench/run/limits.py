@@ -39,15 +39,18 @@ class PluginLimits:
             TRACE's `quick` preset on its `trace-windows` data, took 47-48 min at load 9-13 on 2 shared cores
             (docs/trace.md); 5x that. The `paper` preset is a GPU job whose fit this does not cover: raise it.
         reconstruct: wall seconds of one per-episode call (the attack's ``reconstruct``, the defense's
-            ``release``/``report_actions``). Default 1 h: the iterative attacks' `paper` budgets take up to
-            ~30 min an 8-step episode on one core (QGI/RGI 2 x 10^4 iterations); full-length episodes
-            (``--split test-full``) at those budgets need more.
+            ``release``/``report_actions``). Default 1 h: the iterative attacks' `paper` budgets, extrapolated
+            from their measured `quick` ms per frame (docs/inversion-attacks.md), take 6-13 min an 8-step
+            episode on one core; full-length episodes (``--split test-full``, up to 200 steps) at those
+            budgets need hours.
         load: wall seconds of each set-up call (loading the plug-in, the victim's info, ``supports``, ``reads``,
             ``check``, the defense's guarantees). Default 10 min (the sealed start takes ~4 s loaded).
         memory: bytes that the plug-in's processes may hold together: their proportional set size (PSS: shared
             pages split between the processes sharing them) plus what they wrote to their private /tmp.
             Default 16 GiB, or 3/4 of this machine's memory when smaller: TRACE's learned encoder keeps up to
-            8 GiB of raw gradients in memory by design (docs/trace.md), the other attacks need < 2 GiB.
+            8 GiB of raw gradients in memory by design (docs/trace.md); measured sealed, `closed_form` peaks
+            at 47 MB, `inverting_gradients` (quick) at 506 MB, TRACE (tiny) at 526 MB
+            (benchmarks/results/plugin_usage.json).
         processes: processes the plug-in may run at once (its own process included; threads are not counted).
             Default 64.
         returned: bytes of arrays in one answer of the plug-in (a reconstruction, a defense's release). Checked
