@@ -112,6 +112,16 @@ def _one_failure(result, limit_words: str) -> str:
     return error
 
 
+@pytest.fixture(autouse=True)
+def _no_plugin_process_left():
+    yield
+    assert _plugin_hosts() == []
+
+
+def _plugin_hosts() -> list[str]:
+    return [p for p in _descendants() if "gradleak_bench.run.host" in p or "bwrap" in p]
+
+
 # --- parsing ------------------------------------------------------------------------------------------------
 
 
@@ -193,6 +203,27 @@ def test_a_plugin_that_prints_50_mb_is_stopped_at_its_output_limit(tmp_path, cap
     _one_failure(result, "printed more than 1 MiB during reconstruct")
     forwarded = capfd.readouterr().err.count("x")
     assert MiB <= forwarded <= MiB + 4096  # forwarded up to the limit, the rest dropped
+
+
+@sealed_only
+def test_a_defense_over_its_limit_fails_the_episode_and_is_started_again(tmp_path):
+    path = tmp_path / "slow_defense.py"
+    path.write_text(textwrap.dedent("""
+        import time
+
+        class SlowSecond:
+            name = "slow_second"
+            calls = 0
+            def release(self, gradients, rng):
+                SlowSecond.calls += 1
+                if SlowSecond.calls == 2:  # its process's second episode; a restarted process counts again
+                    time.sleep(3600)
+                return gradients
+    """))
+    # 12 s: a defense process's first release imports torch (GradientStream), seconds on a loaded machine
+    result = _run(tmp_path, "closed_form", ["reconstruct=12"], defense=f"{path}:SlowSecond")
+    _one_failure(result, "defense 'slow_second': release exceeded its wall-time limit of 12 s (raise it with "
+                         "--limit reconstruct=SECONDS)")
 
 
 @sealed_only
@@ -291,10 +322,6 @@ def ray_cluster(hermetic_env):
              runtime_env={"env_vars": env})
     yield ray
     ray.shutdown()
-
-
-def _plugin_hosts() -> list[str]:
-    return [p for p in _descendants() if "gradleak_bench.run.host" in p or "bwrap" in p]
 
 
 @sealed_only
