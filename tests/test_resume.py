@@ -50,7 +50,7 @@ def _cli(args, env, **kw):
 
 def _comparable(out):
     summary = json.loads((out / "results.json").read_text())
-    for key in ("ms_per_frame", "fit_seconds"):
+    for key in ("ms_per_frame", "fit_seconds", "plugin_usage"):  # timings and measured resource use
         summary.pop(key)
     rows = [{k: v for k, v in json.loads(line).items() if k != "attack_ms"}
             for line in (out / "episodes.jsonl").read_text().splitlines()]
