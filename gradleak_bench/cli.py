@@ -393,6 +393,7 @@ def grid(
     out: Path = typer.Option(Path("runs/grid"), help="output folder (cells/, grid.md, grid.csv, privacy_utility_*.png)"),
     executor: str = typer.Option("local", help="local (default) or ray: cells and utility runs as Ray tasks"),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address (default: start a local one)"),
+    limit: list[str] = typer.Option([], "--limit", metavar="NAME=VALUE", help=LIMIT_HELP),
 ) -> None:
     """Every attack x every defense setting through the runner, each setting's utility cost from
     train-defense, a privacy-utility plot with the Pareto frontier and a table (docs/defenses.md).
@@ -421,7 +422,7 @@ def grid(
         targets=tuple(targets) or STANDARD_TARGETS, checkpoint=checkpoint, split=split, episodes=episodes, seed=seed,
         utility_budget=utility_budget, utility_eval_episodes=utility_eval_episodes, utility_seeds=utility_seeds,
         utility_start=utility_start, out=str(out),
-        executor=executor, ray_address=ray_address, attack_params=params,
+        executor=executor, ray_address=ray_address, attack_params=params, limits=_limits(limit),
     )
     result = run_grid(config)
     failed = [c for c in result["cells"] if c["status"] == "failed"]

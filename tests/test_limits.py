@@ -139,6 +139,15 @@ def test_limit_options_parse_and_refuse_with_what_to_write():
     assert parse_value("returned", "2048") == 2048
 
 
+def test_grid_cells_carry_the_limits(tmp_path):
+    from gradleak_bench.run.grid import GridConfig, _cell_config, plan
+
+    limits = PluginLimits().with_options(["reconstruct=5m"])
+    cells = plan(GridConfig(attacks=("closed_form",), targets=(("PointNav", "ppo_compact"),), out=str(tmp_path),
+                            limits=limits))
+    assert cells and all(_cell_config(c).limits == limits for c in cells)
+
+
 def test_the_cli_states_the_limits_and_refuses_a_bad_one(tmp_path):
     done = subprocess.run([sys.executable, "-m", "gradleak_bench.cli", "evaluate", "closed_form", "--limit",
                            "memory=a-lot", "--out", str(tmp_path / "x")], capture_output=True, text=True,
