@@ -106,8 +106,8 @@ def plugin_cache(kind: str, reference: str, scope: str | None = None) -> Path:
 
 def code_identity(kind: str, reference: str, scope: str | None = None) -> dict[str, Any]:
     """What a plug-in's cache is keyed by, read without importing it: a file plug-in's class and the sha256 of
-    every ``.py`` file of its folder (all of them are its code: it may import them); a built-in's name and the
-    gradleak-bench version; an entry point's distribution and version. Anything else (``module:Class``, a
+    every ``.py`` file of its folder (all of them are its code: it may import them); for the built-ins (this
+    project's code, no submitter's), the gradleak-bench version; an entry point's distribution and version. Anything else (``module:Class``, a
     run-time registration) gets a cache private to ``scope`` (the run's folder)."""
     import hashlib
 
@@ -127,7 +127,9 @@ def code_identity(kind: str, reference: str, scope: str | None = None) -> dict[s
         if spec is not None and spec.origin == "builtin":
             import gradleak_bench
 
-            return {"kind": kind, "builtin": spec.name, "version": gradleak_bench.__version__}
+            # the project's own code, no submitter's: its built-ins share one folder (TRACE and its ablations
+            # reuse the auxiliary features they collected), per version
+            return {"kind": kind, "builtin": "gradleak-bench", "version": gradleak_bench.__version__}
         if spec is not None and spec.origin == "entry_point":
             return {"kind": kind, "entry_point": spec.name, "distribution": spec.distribution,
                     "version": spec.version}
