@@ -37,7 +37,8 @@ class Hostile(ClosedFormAction):
 """
 
 SLEEPS = "            time.sleep(3600)"
-ALLOCATES = "            self.hog = np.ones(64 << 30, dtype=np.uint8)  # 64 GiB: refused by RLIMIT_DATA at once"
+# 3 GiB, which this machine would give (and the watchdog would then catch): refused at once by RLIMIT_DATA
+ALLOCATES = "            self.hog = np.ones(3 << 30, dtype=np.uint8)"
 TOUCHES = """\
             import mmap
             pages = mmap.mmap(-1, 4 << 30)  # shared anonymous memory: not in RLIMIT_DATA, seen by the watchdog
