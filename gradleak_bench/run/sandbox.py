@@ -687,10 +687,9 @@ class PluginProcess:
         """The limit a plug-in's error most likely comes from (the kernel refusing memory or a process)."""
         text = f"{reply.get('type')} {reply.get('error')}"
         if reply.get("type") == "MemoryError" or "allocate memory" in text or "out of memory" in text.lower():
-            return (f" (the {self.kind} may hold {format_bytes(self.limits.memory)} of memory "
-                    f"{raise_hint('memory')}")
+            return f"; its memory limit is {format_bytes(self.limits.memory)} {raise_hint('memory')}"
         if "Resource temporarily unavailable" in text or reply.get("type") == "BlockingIOError":
-            return f" (the {self.kind} may run {self.limits.processes} processes {raise_hint('processes')}"
+            return f"; its process limit is {self.limits.processes} {raise_hint('processes')}"
         return ""
 
     def _over_time(self, op: str) -> PluginLimitExceeded:
