@@ -174,6 +174,19 @@ def _bit_identical(config, verified) -> bool:
     return all(split_identity.compare(r, mine[r.episode_id])[1] for r in record.episodes)
 
 
+LIMIT_HELP = ("a hard limit on each plug-in process (repeatable): fit=SECONDS (one fit call, default 4h), "
+              "reconstruct=SECONDS (one episode's call, default 1h), load=SECONDS (each set-up call, default 10m), "
+              "memory=SIZE (its processes together, default 16G or 3/4 of this machine's), processes=N (default "
+              "64), returned=SIZE (arrays in one answer, default 1G), printed=SIZE (stdout/stderr in one call, "
+              "default 16M); e.g. --limit reconstruct=2h --limit memory=32G (docs/evaluate.md, 'Limits')")
+
+
+def _limits(options: list[str]):
+    from gradleak_bench.run.limits import PluginLimits
+
+    return PluginLimits().with_options(options)
+
+
 @app.command()
 def evaluate(
     attack: str = typer.Argument(..., help="registered name (see `list`), module:Class, or path/to/file.py:Class"),
@@ -214,6 +227,7 @@ def evaluate(
                                           "scorer's process, where they could read the truth (marked in results.json, "
                                           "never submittable). Default: sealed where the OS can isolate, else unsealed "
                                           "with a one-line note"),
+    limit: list[str] = typer.Option([], "--limit", metavar="NAME=VALUE", help=LIMIT_HELP),
 ) -> None:
     """Score an attack on a task's held-out episodes, behind a defense.
 
@@ -244,7 +258,7 @@ def evaluate(
         defense_params=plugins.parse_params(defense_param), out=str(out or default_run_dir("latest")), wandb=wandb,
         control=control,
         metrics=list(metric) or None, executor=executor, ray_address=ray_address, shard_size=shard_size,
-        gradients=str(gradients) if gradients else None, sealed=sealed,
+        gradients=str(gradients) if gradients else None, sealed=sealed, limits=_limits(limit),
     )
     from gradleak_bench.run.executors import get_executor
 
@@ -506,6 +520,7 @@ def grid(
                                        "default: runs/grid, or $GRADLEAK_BENCH_RUNS/grid)"),
     executor: str = typer.Option("local", help="local (default) or ray: cells and utility runs as Ray tasks"),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address (default: start a local one)"),
+    limit: list[str] = typer.Option([], "--limit", metavar="NAME=VALUE", help=LIMIT_HELP),
 ) -> None:
     """Every attack x every defense setting through the runner, each setting's utility cost from
     train-defense, a privacy-utility plot with the Pareto frontier and a table (docs/defenses.md).
@@ -539,7 +554,7 @@ def grid(
         targets=tuple(targets) or STANDARD_TARGETS, checkpoint=checkpoint, split=split, episodes=episodes, seed=seed,
         utility_budget=utility_budget, utility_eval_episodes=utility_eval_episodes, utility_seeds=utility_seeds,
         utility_start=utility_start, out=str(out),
-        executor=executor, ray_address=ray_address, attack_params=params,
+        executor=executor, ray_address=ray_address, attack_params=params, limits=_limits(limit),
     )
     result = run_grid(config)
     failed = [c for c in result["cells"] if c["status"] == "failed"]
@@ -602,6 +617,7 @@ def verify(
     check_record: bool = typer.Option(
         False, "--check-record", help="check the entry's committed verification record against the fresh "
                                       "layouts scored now instead of writing one (what CI does)"),
+    limit: list[str] = typer.Option([], "--limit", metavar="NAME=VALUE", help=LIMIT_HELP),
 ) -> None:
     """Re-run an entry's own code on public held-out episodes and on fresh layouts nobody could know in advance.
 
@@ -615,7 +631,8 @@ def verify(
     from gradleak_bench.leaderboard.verify import make_record, verify_file
 
     result = verify_file(entry, check_committed_record=check_record, episodes=episodes, seed=seed, attack=attack,
-                         allow_unofficial=allow_unofficial, progress=True, fresh_layouts=fresh_layouts)
+                         allow_unofficial=allow_unofficial, progress=True, fresh_layouts=fresh_layouts,
+                         limits=_limits(limit))
     for check in result.all_checks:
         (console if check.ok else err_console).print(check.describe(), markup=False, highlight=False, soft_wrap=True)
     for note in result.notes:

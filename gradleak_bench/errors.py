@@ -117,7 +117,8 @@ class PluginFailure(GradleakError):
         self.is_gradleak = bool(reply.get("gradleak"))
         self.message = str(reply.get("error", ""))[:2000]
         self.where = str(reply.get("where", ""))[:500]
-        super().__init__(self.message if self.is_gradleak else f"{self.type}: {self.message}{self.where}")
+        hint = str(reply.get("limit_hint") or "")  # set by the scorer (a resource limit's likely part), never the plug-in
+        super().__init__((self.message if self.is_gradleak else f"{self.type}: {self.message}{self.where}") + hint)
 
 
 class PluginCrashed(PluginContractError):
@@ -130,3 +131,10 @@ def notice(message: str) -> None:
     import sys
 
     print("note: " + " ".join(str(message).split()), file=sys.stderr, flush=True)
+class PluginLimitExceeded(GradleakError):
+    """A plug-in went over one of its limits (:mod:`gradleak_bench.run.limits`): its process (and everything it
+    started) was killed. In a per-episode call that episode fails; in ``fit`` or a set-up call the run stops."""
+
+    def __init__(self, message: str, limit: str, op: str):
+        self.limit, self.op = limit, op
+        super().__init__(message)

@@ -50,7 +50,7 @@ def _cli(args, env, **kw):
 
 def _comparable(out):
     summary = json.loads((out / "results.json").read_text())
-    for key in ("ms_per_frame", "fit_seconds"):
+    for key in ("ms_per_frame", "fit_seconds", "plugin_usage"):  # timings and measured resource use
         summary.pop(key)
     rows = [{k: v for k, v in json.loads(line).items() if k != "attack_ms"}
             for line in (out / "episodes.jsonl").read_text().splitlines()]
@@ -62,7 +62,7 @@ def _comparable(out):
 def test_a_sigkilled_run_resumes_to_identical_results(tmp_path, cache_dir):
     from pathlib import Path
 
-    from gradleak_bench.run.sandbox import attacker_cache
+    from gradleak_bench.run.sandbox import plugin_cache
 
     tag = tmp_path.name
     plugin = tmp_path / "slow.py"
@@ -70,7 +70,7 @@ def test_a_sigkilled_run_resumes_to_identical_results(tmp_path, cache_dir):
     n = 8
     args = ["evaluate", f"{plugin}:SlowClosedForm", "--victim", "ppo_compact", "--episodes", str(n), "--wandb",
             "disabled", "--defense", "gaussian_noise", "-D", "sigma=0.001"]
-    own = attacker_cache()
+    own = plugin_cache("attack", f"{plugin}:SlowClosedForm")  # the plug-in's own cache, keyed by its code
     calls_log, blocked = own / f"{tag}-calls.log", own / f"{tag}-blocked"
     (own / f"{tag}-block_at").write_text("episode-0003")
     env = dict(os.environ)

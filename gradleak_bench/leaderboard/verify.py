@@ -284,7 +284,7 @@ def admit(entry: Entry, allow_unofficial: bool = False, attack: str | None = Non
 
 
 def _config(entry: Entry, folder: Path, tmp: Path, episodes: int | None, seed: int | None, priors: bool,
-            control: bool | None = None) -> Any:
+            control: bool | None = None, limits: Any = None) -> Any:
     from gradleak_bench.leaderboard.checks import standard_dataset
     from gradleak_bench.run.config import EvaluateConfig
 
@@ -300,6 +300,7 @@ def _config(entry: Entry, folder: Path, tmp: Path, episodes: int | None, seed: i
         metrics=_metrics(entry),
         out=str(tmp / "run"), wandb="disabled", sealed=True, priors=priors,
         control=any(m.control is not None for m in entry.metrics.values()) if control is None else control,
+        **({} if limits is None else {"limits": limits}),
     )
 
 
@@ -319,26 +320,26 @@ def _metrics(entry: Entry) -> list[str] | None:
 
 
 def rerun(entry: Entry, folder: Path, episodes: int = 8, seed: int = 0, progress: bool = False,
-          priors: bool = True) -> Rerun:
+          priors: bool = True, limits: Any = None) -> Rerun:
     """Re-run the entry's bound code, sealed, on ``episodes`` held-out episodes drawn at random with ``seed``
     (``priors``: also score the gradient-free priors, fitted once per checkpoint, so their rows are checked)."""
     from gradleak_bench.run.evaluation import Scorer
 
     with tempfile.TemporaryDirectory(prefix="gradleak-verify-") as tmp:
-        config = _config(entry, folder, Path(tmp), episodes, seed, priors)
+        config = _config(entry, folder, Path(tmp), episodes, seed, priors, limits=limits)
         result = Scorer(config).evaluate(progress=progress, resume=False)
     return rerun_from(result.summary, [r.flat() for r in result.rows], "the re-run")
 
 
 def fresh_rerun(entry: Entry, folder: Path, layouts: int, secret: int, progress: bool = False,
-                priors: bool = True) -> Rerun:
+                priors: bool = True, limits: Any = None) -> Rerun:
     """Score the entry's bound code on ``layouts`` fresh layouts drawn from the secret seed (one episode each)."""
     from gradleak_bench.run.evaluation import Scorer
     from gradleak_bench.run.fresh import FreshLayouts
 
     with tempfile.TemporaryDirectory(prefix="gradleak-verify-fresh-") as tmp:
         # the swap control is the verifier's, whatever the entry scored: it is one of the references it ranks by
-        result = Scorer(_config(entry, folder, Path(tmp), None, None, priors, control=True)).evaluate(
+        result = Scorer(_config(entry, folder, Path(tmp), None, None, priors, control=True, limits=limits)).evaluate(
             fresh_layouts=FreshLayouts(secret, layouts), progress=progress, resume=False)
     return rerun_from(result.summary, [r.flat() for r in result.rows], "the fresh-layout run")
 
@@ -461,18 +462,19 @@ CI per metric (docs/leaderboard.md, "Fresh layouts decide")."""
 def verify_entry(entry: Entry, folder: Path, episodes: int = 8, seed: int = 0, attack: str | None = None,
                  allow_unofficial: bool = False, progress: bool = False,
                  fresh_layouts: int = FRESH_LAYOUTS, priors: bool = True,
-                 record: VerificationRecord | None = None) -> Verification:
+                 record: VerificationRecord | None = None, limits: Any = None) -> Verification:
     """Admit ``entry``, re-run it on a seeded random subset of ``episodes`` public held-out episodes, score it
     on ``fresh_layouts`` layouts drawn from a secret seed (0: skip), and compare (module docstring).
     ``priors=False`` skips re-scoring the gradient-free priors (their rows are still checked against the
     entry's summary; no record can be made). ``record``: a committed verification record to check against the
-    fresh layouts scored here (what CI does)."""
+    fresh layouts scored here (what CI does). ``limits``: the plug-ins'
+    :class:`~gradleak_bench.run.limits.PluginLimits` (default: the defaults)."""
     admit(entry, allow_unofficial, attack, folder)
-    public = rerun(entry, folder, episodes, seed, progress, priors)
+    public = rerun(entry, folder, episodes, seed, progress, priors, limits)
     if fresh_layouts <= 0:
         return compare(entry, public)
     secret = int.from_bytes(os.urandom(8), "little") >> 1  # drawn now: it did not exist when the attack was written
-    fresh = fresh_rerun(entry, folder, fresh_layouts, secret, progress, priors)
+    fresh = fresh_rerun(entry, folder, fresh_layouts, secret, progress, priors, limits)
     verdict = compare(entry, public, fresh)
     checks_ = tuple(check_fresh(name, entry.metrics[name].higher_is_better, entry.episodes.values[name],
                                 entry.episodes.ids, fresh.values[name], public.values.get(name))

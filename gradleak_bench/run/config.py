@@ -6,6 +6,7 @@ from typing import Any
 
 from gradleak_bench.errors import GradleakError
 from gradleak_bench.paths import default_run_dir
+from gradleak_bench.run.limits import PluginLimits
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,14 @@ class EvaluateConfig:
     # in results.json, never submittable). None (the default): sealed where the OS can isolate, else unsealed
     # with a warning -- so the README's main job runs on a machine without bubblewrap, and its results say so.
     sealed: bool | None = None
+    # Hard limits on each plug-in process: wall time per call (fit, reconstruct, set-up), memory, processes,
+    # bytes returned and printed per call (gradleak_bench/run/limits.py; `--limit NAME=VALUE`). Recorded in
+    # results.json, not part of the run's fingerprint: raising one resumes the run.
+    limits: PluginLimits = field(default_factory=PluginLimits)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.limits, PluginLimits):  # a dict, e.g. read back from a run's state
+            object.__setattr__(self, "limits", PluginLimits.from_dict(self.limits))
 
 
 def check_config(config: EvaluateConfig) -> None:

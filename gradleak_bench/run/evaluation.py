@@ -20,8 +20,8 @@ import numpy as np
 
 # Nothing imported here loads torch, SB3 or h5py: a run starts its sealed plug-in processes first and imports
 # those (about 2 s of CPU) while the plug-ins import theirs (docs/evaluate.md, "Speed").
-from gradleak_bench.errors import (AttackNotApplicableError, GradleakError, PluginContractError, RunStateError,
-                                   notice)
+from gradleak_bench.errors import (AttackNotApplicableError, GradleakError, PluginContractError, PluginLimitExceeded,
+                                   RunStateError, notice)
 from gradleak_bench.metrics import select_metrics
 from gradleak_bench.paths import atomic_write_bytes, dumps_strict
 from gradleak_bench.records import TRUTH_FIELDS
@@ -250,7 +250,7 @@ class _Run:
 
         cfg = self.config
         fields = {k: v for k, v in asdict(cfg).items()
-                  if k not in ("out", "wandb", "control", "executor", "ray_address", "shard_size")}
+                  if k not in ("out", "wandb", "control", "executor", "ray_address", "shard_size", "limits")}
         fields.update(attack_file=file_sha256(cfg.attack), defense_file=file_sha256(cfg.defense),
                       gradients_sha256=getattr(self.context.gradients, "sha256", None),
                       dataset_sha256=self.dataset.sha256, episode_ids=self.episode_ids, version=_versions(),
@@ -296,6 +296,8 @@ class _Run:
         start = time.perf_counter()
         try:
             attack.call("fit", fit_request(self.config))
+        except PluginLimitExceeded as exc:  # the run stops (exit 2); a resume fits again
+            raise GradleakError(f"{exc}; finished episodes are kept: run the same command to resume") from None
         except PluginFailure as exc:  # nothing is scored yet, so the run stops here with the reason
             if exc.is_gradleak:
                 raise GradleakError(exc.message) from None
@@ -381,7 +383,9 @@ class _Run:
             "split": config.split, "seed": config.seed, "dataset_seed": config.dataset_seed,
             "dataset": dataset.config.key, "dataset_sha256": dataset.sha256,
             "dataset_identity": getattr(dataset, "identity", dataset.sha256), "dataset_official": official,
-            "sealed": config.sealed, "isolation": self.mechanism,
+            "sealed": config.sealed, "isolation": self.mechanism, "limits": config.limits.to_dict(),
+            "plugin_usage": {p.kind: p.usage() for p in (self.context.attack, self.context.defense)
+                             if p is not None and p.sealed},
             "split_role": split_role(config.split, self.fresh is not None),
             # the seed is published only now, after every episode is scored (the commitment was fixed before)
             "fresh_layouts": None if self.fresh is None else {"n": self.fresh.n, "commitment": self.fresh.commitment,

@@ -113,6 +113,8 @@ class GridConfig:
     executor: str = "local"
     ray_address: str | None = None
     attack_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The plug-ins' hard limits in every cell (gradleak_bench/run/limits.py; None: the defaults).
+    limits: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -132,6 +134,7 @@ class Cell:
     seed: int
     out: str
     attack_params: dict[str, Any] = field(default_factory=dict)
+    limits: Any = None
 
 
 def _cell_config(cell: Cell) -> Any:
@@ -140,7 +143,8 @@ def _cell_config(cell: Cell) -> Any:
     return EvaluateConfig(attack=cell.attack, task=cell.task, victim=cell.victim, checkpoint=cell.checkpoint,
                           defense=cell.setting.defense, defense_params=dict(cell.setting.params),
                           attack_params=dict(cell.attack_params), split=cell.split, episodes=cell.episodes,
-                          seed=cell.seed, out=cell.out, wandb="disabled")
+                          seed=cell.seed, out=cell.out, wandb="disabled",
+                          **({} if cell.limits is None else {"limits": cell.limits}))
 
 
 def _finished(cell: Cell) -> dict[str, Any] | None:
@@ -257,7 +261,7 @@ def plan(config: GridConfig) -> list[Cell]:
             for setting in config.settings:
                 out = Path(config.out) / "cells" / f"{task}-{victim}-{config.checkpoint}" / attack / setting.slug
                 cells.append(Cell(task, victim, config.checkpoint, attack, setting, config.split, config.episodes,
-                                  config.seed, str(out), config.attack_params.get(attack, {})))
+                                  config.seed, str(out), config.attack_params.get(attack, {}), config.limits))
     return cells
 
 

@@ -164,9 +164,32 @@ def _error(exc: BaseException) -> dict[str, Any]:
             "error": str(exc), "where": where}
 
 
+def limit_resources(memory: int, nproc: int) -> None:
+    """The kernel's limits on this process, set (soft and hard: the plug-in cannot raise them) before the
+    plug-in is loaded. They are backstops for what the scorer's watchdog measures every 0.25 s
+    (docs/evaluate.md, "Limits"): ``RLIMIT_DATA`` = the memory limit (private writable memory of this process:
+    a huge allocation fails at once with MemoryError instead of taking the machine before the watchdog sees
+    it; unlike ``RLIMIT_AS`` it does not count the address space torch and its libraries reserve without using
+    it), ``RLIMIT_NPROC`` (a fork bomb), no core dumps."""
+    import resource
+
+    for name, value in (("RLIMIT_DATA", memory), ("RLIMIT_NPROC", nproc), ("RLIMIT_CORE", 0)):
+        limit = getattr(resource, name, None)
+        if limit is None:
+            continue
+        soft, hard = resource.getrlimit(limit)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        try:
+            resource.setrlimit(limit, (value, value))
+        except (ValueError, OSError):
+            pass
+
+
 def main() -> None:
     fd_in, fd_out = int(sys.argv[1]), int(sys.argv[2])
-    os.dup2(2, 1)  # a plug-in's prints go to stderr, never into the protocol
+    if len(sys.argv) >= 5:
+        limit_resources(int(sys.argv[3]), int(sys.argv[4]))
+    os.dup2(2, 1)  # a plug-in's prints go to stderr (a pipe the scorer reads, up to its limit), never the protocol
     serve(fd_in, fd_out)
     os._exit(0)  # skip interpreter teardown: nothing of the plug-in's runs after the last reply
 

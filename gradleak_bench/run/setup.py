@@ -19,11 +19,15 @@ if TYPE_CHECKING:
 
 def start_plugins(config: EvaluateConfig, hidden: list[Path]) -> tuple[PluginProcess, PluginProcess | None]:
     """The run's plug-in processes (the defense none needs none: it releases the exact gradients)."""
-    attack = PluginProcess("attack", config.attack, dict(config.attack_params), config.sealed, hidden)
+    # a plug-in whose code cannot be hashed without importing it (module:Class) gets a cache private to the run
+    scope = str(Path(config.out).resolve())
+    attack = PluginProcess("attack", config.attack, dict(config.attack_params), config.sealed, hidden,
+                           config.limits, scope)
     defense = None
     if config.defense != "none" or config.defense_params:
         try:
-            defense = PluginProcess("defense", config.defense, dict(config.defense_params), config.sealed, hidden)
+            defense = PluginProcess("defense", config.defense, dict(config.defense_params), config.sealed, hidden,
+                                    config.limits, scope)
         except BaseException:
             attack.close()
             raise

@@ -15,6 +15,7 @@ result in the artifact cache, so on one machine the workers load what the driver
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import asdict
 from typing import Any
 
@@ -32,6 +33,40 @@ def plan_units(entries: list[tuple[int, str, int]], size: int = 1) -> list[Unit]
 
 
 _WORKER_CONTEXTS: dict[str, Any] = {}
+_WORKER_LOCK = threading.Lock()
+_IDLE_TIMER: list[threading.Timer] = []
+
+
+def worker_idle_seconds() -> float:
+    """How long a Ray worker keeps its sealed plug-in processes without a unit to run: after that (the run is
+    over, or this worker got no more of its units) they are closed, with everything they started.
+    ``GRADLEAK_BENCH_WORKER_IDLE`` (seconds), default 30."""
+    try:
+        return max(0.1, float(os.environ.get("GRADLEAK_BENCH_WORKER_IDLE", "30")))
+    except ValueError:
+        return 30.0
+
+
+def _close_when_idle() -> None:
+    """(Re)arm the timer that closes this worker's plug-in processes once no unit ran for a while."""
+    for timer in _IDLE_TIMER:
+        timer.cancel()
+    _IDLE_TIMER.clear()
+    timer = threading.Timer(worker_idle_seconds(), _close_idle)
+    timer.daemon = True
+    _IDLE_TIMER.append(timer)
+    timer.start()
+
+
+def _close_idle() -> None:
+    if not _WORKER_LOCK.acquire(blocking=False):
+        return  # a unit is running: it re-arms the timer when it ends
+    try:
+        for context in _WORKER_CONTEXTS.values():
+            _close(context)
+        _WORKER_CONTEXTS.clear()
+    finally:
+        _WORKER_LOCK.release()
 
 
 class EpisodeWorker:
@@ -103,12 +138,15 @@ class EpisodeWorker:
     def __call__(self, unit: Unit) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None, Any]]:
         from gradleak_bench.run.pipeline import run_episode
 
-        context = self._context()
         local = self.context is not None
-        out = []
-        for index, episode_id, seed in unit:
-            row, recon, truth = run_episode(context, index, episode_id, seed)
-            out.append((asdict(row), recon, truth if local else None))
+        with _WORKER_LOCK:
+            context = self._context()
+            out = []
+            for index, episode_id, seed in unit:
+                row, recon, truth = run_episode(context, index, episode_id, seed)
+                out.append((asdict(row), recon, truth if local else None))
+        if not local:
+            _close_when_idle()
         return out
 
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from gradleak_bench.errors import CorruptFileError, RunStateError
 from gradleak_bench.paths import atomic_write_bytes
+from gradleak_bench.run.limits import is_limit_failure
 
 STATE_DIR = ".gradleak-run"
 FORMAT = "gradleak-bench-run/1"
@@ -208,6 +209,8 @@ class RunStore:
             return False
         if needs_recon and record.get("status") == "ok" and not self.recon_path(episode_id).is_file():
             return False  # its reconstruction was removed: do the episode again
+        if record.get("status") != "ok" and is_limit_failure(str(record.get("error", ""))):
+            return False  # failed on a plug-in limit (raised since, perhaps): do the episode again
         return True
 
     def record(self, row: Mapping[str, Any], recon: Mapping[str, np.ndarray] | None = None) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,21 @@ class PeerClosed(EOFError):
     """The other end exited or closed the pipe."""
 
 
-def send(fd: int, header: Mapping[str, Any], arrays: Mapping[str, Any] | None = None) -> None:
+class TooLarge(PluginContractError):
+    """A message declares more array bytes than the reader accepts (``max_bytes``); nothing of it was read."""
+
+    def __init__(self, nbytes: int, limit: int):
+        self.nbytes, self.limit = nbytes, limit
+        super().__init__(f"plug-in process sent {nbytes} bytes of arrays in one message (limit {limit})")
+
+
+#: ``wait(fd, writing)``: block until ``fd`` can be read (or written), or raise (a deadline passed). Given, the fd
+#: is non-blocking: a read or write that would block calls it first.
+Wait = Callable[[int, bool], None]
+
+
+def send(fd: int, header: Mapping[str, Any], arrays: Mapping[str, Any] | None = None, wait: Wait | None = None
+         ) -> None:
     """Write one message to ``fd``; ``arrays`` values are numpy arrays or CPU tensors."""
     specs, buffers = [], []
     for name, value in (arrays or {}).items():
@@ -38,29 +52,31 @@ def send(fd: int, header: Mapping[str, Any], arrays: Mapping[str, Any] | None = 
         specs.append({"name": str(name), "dtype": array.dtype.str, "shape": list(array.shape)})
         buffers.append(memoryview(array.reshape(-1).view(np.uint8)))
     body = json.dumps({**header, "arrays": specs}, allow_nan=True).encode()
-    _write_all(fd, _LEN.pack(len(body)) + body)
+    _write_all(fd, _LEN.pack(len(body)) + body, wait)
     for buffer in buffers:
-        _write_all(fd, buffer)
+        _write_all(fd, buffer, wait)
 
 
-def recv(fd: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Read one message from ``fd``: ``(header, arrays)``; raise :class:`PeerClosed` at end of file and
-    :class:`PluginContractError` for anything outside the schema."""
-    (length,) = _LEN.unpack(_read_exact(fd, _LEN.size))
+def recv(fd: int, max_bytes: int = MAX_BYTES, wait: Wait | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Read one message from ``fd``: ``(header, arrays)``; raise :class:`PeerClosed` at end of file,
+    :class:`TooLarge` when its arrays declare more than ``max_bytes`` (before any of them is read or allocated)
+    and :class:`PluginContractError` for anything else outside the schema."""
+    (length,) = _LEN.unpack(_read_exact(fd, _LEN.size, wait))
     if length > MAX_HEADER:
         raise PluginContractError(f"plug-in process sent a {length}-byte header (limit {MAX_HEADER})")
     try:
-        header = json.loads(bytes(_read_exact(fd, length)))
+        header = json.loads(bytes(_read_exact(fd, length, wait)))
     except ValueError as exc:
         raise PluginContractError(f"plug-in process sent a header that is not JSON: {exc}") from None
     if not isinstance(header, dict) or not isinstance(header.get("arrays", []), list):
         raise PluginContractError("plug-in process sent a header that is not a JSON object with an arrays list")
     specs = [_check_spec(s) for s in header.pop("arrays", [])]
-    if sum(nbytes for *_, nbytes in specs) > MAX_BYTES:
-        raise PluginContractError(f"plug-in process sent more than {MAX_BYTES} bytes of arrays in one message")
+    total = sum(nbytes for *_, nbytes in specs)
+    if total > min(max_bytes, MAX_BYTES):
+        raise TooLarge(total, min(max_bytes, MAX_BYTES))
     arrays = {}
     for name, dtype, shape, nbytes in specs:
-        arrays[name] = np.frombuffer(_read_exact(fd, nbytes), dtype=dtype).reshape(shape)
+        arrays[name] = np.frombuffer(_read_exact(fd, nbytes, wait), dtype=dtype).reshape(shape)
     return header, arrays
 
 
@@ -84,21 +100,28 @@ def _numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> None:
+def _write_all(fd: int, data: bytes | memoryview, wait: Wait | None = None) -> None:
     view = memoryview(data)
     while view:
         try:
             written = os.write(fd, view)
         except BrokenPipeError:
             raise PeerClosed("the plug-in process closed its end") from None
+        except BlockingIOError:  # a non-blocking fd (``wait`` given) whose pipe is full
+            wait(fd, True)
+            continue
         view = view[written:]
 
 
-def _read_exact(fd: int, n: int) -> bytearray:
+def _read_exact(fd: int, n: int, wait: Wait | None = None) -> bytearray:
     buffer = bytearray(n)
     view = memoryview(buffer)
     while view:
-        got = os.readv(fd, [view])
+        try:
+            got = os.readv(fd, [view])
+        except BlockingIOError:  # a non-blocking fd (``wait`` given) with nothing to read yet
+            wait(fd, False)
+            continue
         if got == 0:
             raise PeerClosed("the plug-in process exited")
         view = view[got:]
