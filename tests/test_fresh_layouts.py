@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import subprocess
 import sys
@@ -169,7 +170,8 @@ def _record(tmp_path: Path, values, controls, prior) -> tuple[records.Verificati
     target.write_bytes(SAMPLE.read_bytes())
     entry = schema.load_entry(target)
     ids = tuple(f"F{i:03d}-E00" for i in range(len(values)))
-    fresh = Rerun(ids=ids, values={"action_accuracy": values}, controls={"action_accuracy": controls},
+    fresh = Rerun(ids=ids, values={"action_accuracy": values},
+                  controls={"action_accuracy": controls if controls is not None else [math.nan] * len(values)},
                   references={"action_accuracy": {"prior:majority_action": prior}}, failed_frames={}, failures=(),
                   dataset_identity=None, checkpoint_id=entry.checkpoint_id, metrics=frozenset({"action_accuracy"}))
     from gradleak_bench.run.fresh import FreshLayouts
@@ -224,20 +226,23 @@ def test_an_edited_entry_makes_its_record_stale_and_unranked(tmp_path):
 
 
 def test_a_record_with_forged_rows_is_contradicted_by_new_fresh_layouts(tmp_path):
-    """Raised values or a lowered control in a record (with a consistent summary) fail against fresh layouts
-    of the checker's own, whose spread sets the tolerance."""
-    honest_values, honest_controls = [1.0] * 6, [0.25, 0.375, 0.125, 0.25, 0.25, 0.375]
-    forged, _ = _record(tmp_path, honest_values, [0.0] * 6, [0.25] * 6)  # the control lowered to 0
+    """A record that claims what the code does not do on layouts it could not know (a replaying plug-in's 100
+    dB, or raised values with a consistent summary) fails against fresh layouts of the checker's own, whose
+    spread sets the tolerance (Student t: a few layouts give a loose bound, so only a gross contradiction is
+    certain; docs/leaderboard.md says what a maintainer's longer check adds)."""
+    new_values = [0.25, 0.375, 0.375, 0.5, 0.25, 0.375, 0.25, 0.5]
     public = rerun_from({"metrics": {"action_accuracy": {}}},
-                        [{"status": "ok", "episode_id": f"L00{i}-E00", "action_accuracy": 1.0,
-                          "action_accuracy/control": c} for i, c in enumerate([0.25, 0.5, 0.25, 0.375])], "public")
+                        [{"status": "ok", "episode_id": f"L00{i}-E00", "action_accuracy": v}
+                         for i, v in enumerate([0.375, 0.25, 0.5, 0.375])], "public")
     new = rerun_from({"metrics": {"action_accuracy": {}}},
-                     [{"status": "ok", "episode_id": f"F00{i}-E00", "action_accuracy": 1.0,
-                       "action_accuracy/control": c} for i, c in enumerate(honest_controls)], "fresh")
+                     [{"status": "ok", "episode_id": f"F00{i}-E00", "action_accuracy": v}
+                      for i, v in enumerate(new_values)], "fresh")
+    forged, _ = _record(tmp_path, [1.0] * 16, None, [0.25] * 16)  # the attack "recovers every action"
     found, problems = check_record(forged, public, new)
     failed = [c for c in found if not c.ok]
-    assert not problems and [c.metric for c in failed] == ["record:action_accuracy.control"]
-    honest, _ = _record(tmp_path / "h", honest_values, honest_controls[::-1], [0.25] * 6)
+    assert not problems and [c.metric for c in failed] == ["record:action_accuracy"], [c.describe() for c in found]
+    assert "FAILED" in failed[0].describe()
+    honest, _ = _record(tmp_path / "h", [0.375, 0.25, 0.5, 0.375] * 4, None, [0.25] * 16)
     assert all(c.ok for c in check_record(honest, public, new)[0])
 
 

@@ -301,22 +301,19 @@ class Snoop(ClosedFormAction):
 # --- unsealed: what can hold in the scorer's own process -------------------------------------------------------
 
 
-def test_unsealed_wall_time_output_and_returned_bytes_are_held(tmp_path):
-    with pytest.warns(UserWarning, match="unsealed"):
-        slept = _run(tmp_path, _plugin(tmp_path, SLEEPS), ["reconstruct=1"], sealed=False, out="a")
+def test_unsealed_wall_time_output_and_returned_bytes_are_held(tmp_path, capfd):
+    slept = _run(tmp_path, _plugin(tmp_path, SLEEPS), ["reconstruct=1"], sealed=False, out="a")
     _one_failure(slept, "reconstruct exceeded its wall-time limit of 1 s")
-    with pytest.warns(UserWarning, match="unsealed"):
-        printed = _run(tmp_path, _plugin(tmp_path, PRINTS, "prints"), ["printed=1M"], sealed=False, out="b")
+    printed = _run(tmp_path, _plugin(tmp_path, PRINTS, "prints"), ["printed=1M"], sealed=False, out="b")
     _one_failure(printed, "printed more than 1 MiB during reconstruct")
     big = "            return Reconstruction(fields={'action': np.zeros(4 << 20, dtype=np.uint8)})"
-    with pytest.warns(UserWarning, match="unsealed"):
-        returned = _run(tmp_path, _plugin(tmp_path, big, "big"), ["returned=1M"], sealed=False, out="c")
+    returned = _run(tmp_path, _plugin(tmp_path, big, "big"), ["returned=1M"], sealed=False, out="c")
     _one_failure(returned, "reconstruct returned 4 MiB of arrays, over its limit of 1 MiB per call")
+    assert capfd.readouterr().err.count("note: running unsealed") == 3  # one plain line per run
 
 
 def test_results_record_the_limits(tmp_path):
-    with pytest.warns(UserWarning, match="unsealed"):
-        result = _run(tmp_path, "closed_form", ["memory=3G"], episodes=1, sealed=False)
+    result = _run(tmp_path, "closed_form", ["memory=3G"], episodes=1, sealed=False)
     recorded = json.loads((tmp_path / "run" / "results.json").read_text())["limits"]
     assert recorded == result.summary["limits"] and recorded["memory"] == 3 * GiB
     assert np.isclose(recorded["fit"], PluginLimits().fit)

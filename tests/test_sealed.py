@@ -138,13 +138,16 @@ class RegenCheat:
     assert all(r.layout_id >= 2**31 for r in fresh.rows)
 
 
-def test_fresh_layouts_score_an_honest_attack_and_never_write_the_seed(tmp_path):
+def test_fresh_layouts_score_an_honest_attack_and_publish_the_seed_only_after_the_run(tmp_path):
     result = evaluate(EvaluateConfig(attack="closed_form", victim="ppo_compact", episodes=2, out=str(tmp_path / "f"),
                                      wandb="disabled"), progress=False, fresh_layouts=FreshLayouts(seed=424242, n=3))
     assert result.summary["metrics"]["action_accuracy"]["mean"] == 1.0
     assert result.summary["dataset_official"] is False
     assert result.summary["fresh_layouts"]["commitment"] == FreshLayouts(seed=424242).commitment
-    text = "".join(p.read_text(errors="ignore") for p in (tmp_path / "f").rglob("*") if p.is_file())
+    # the seed is in results.json, written once every episode is scored, and in no file written during the run
+    assert result.summary["fresh_layouts"]["seed"] == 424242
+    text = "".join(p.read_text(errors="ignore") for p in (tmp_path / "f").rglob("*")
+                   if p.is_file() and p.name != "results.json")
     assert "424242" not in text
     with pytest.raises(GradleakError, match="always sealed"):
         evaluate(EvaluateConfig(attack="closed_form", victim="ppo_compact", episodes=1, out=str(tmp_path / "u"),
