@@ -60,7 +60,8 @@ def list_() -> None:
     from gradleak_bench.metrics import all_metrics
     from gradleak_bench.tasks import TASKS
     from gradleak_bench.victims.checkpoint import find_checkpoint
-    from gradleak_bench.victims.zoo import CHECKPOINTS, VICTIMS
+    from gradleak_bench.victims import validation
+    from gradleak_bench.victims.zoo import CHECKPOINTS, NOT_LEARNED, VICTIMS
 
     import gradleak_bench.baselines  # noqa: F401
 
@@ -71,12 +72,29 @@ def list_() -> None:
         table.add_row(t.name, t.gym_id, str(t.n_actions), ", ".join(t.victims), t.description)
     console.print(table)
 
-    table = Table(title="victims (task/victim: checkpoints; * = available without training)")
+    table = Table(title="victims (task/victim: checkpoints; * = available without training; "
+                        "trained- = not published as trained: it did not learn, docs/tasks.md)")
     for col in ("victim", "algorithm", "policy", "checkpoints", "description"):
         table.add_column(col)
     for v in VICTIMS.values():
         marks = [c + ("*" if c == "init" or find_checkpoint(v, c) else "") for c in CHECKPOINTS]
+        if v.key in NOT_LEARNED:
+            marks = [m if not m.startswith("trained") else "trained-" for m in marks]
         table.add_row(v.key, v.algo, v.policy, " ".join(marks), v.description)
+    console.print(table)
+
+    table = Table(title=f"victim validation: val success and mean return, 95% intervals "
+                        f"(`gradleak-bench validate-victim`; {validation.RULE})")
+    for col in ("victim", "episodes", "random", "init", "trained", "learned"):
+        table.add_column(col)
+    for v in VICTIMS.values():
+        data = validation.read_validation(v)
+        rows = (data or {}).get("policies", {})
+        cells = [validation.format_row(rows[p]) if p in rows else "-" for p in validation.POLICIES]
+        status = ("yes" if data.get("learned") else "NO") if data and "learned" in data else "-"
+        if v.key in NOT_LEARNED:
+            status = f"not published: {NOT_LEARNED[v.key]}"
+        table.add_row(v.key, str(data["episodes"]) if data else "-", *cells, status)
     console.print(table)
 
     for kind in ("attack", "defense"):
@@ -320,6 +338,25 @@ def train_victim(
 
     report = train(task, victim, budget=budget, eval_episodes=eval_episodes)
     console.print_json(json.dumps(report))
+
+
+@app.command("validate-victim")
+def validate_victim_cmd(
+    task: str = typer.Argument("PointNav", help="task name"),
+    victim: Optional[str] = typer.Option(None, help="victim of the task"),
+    episodes: Optional[int] = typer.Option(None, help="val episodes (default: 120, as committed)"),
+    out: Optional[Path] = typer.Option(None, help="directory of validation.json (default: the victim's committed "
+                                                   "checkpoint directory)"),
+) -> None:
+    """Roll out the random policy, `init` and `trained` on the same val episodes and write validation.json: success
+    and return with 95% intervals, and whether `trained` learned (its intervals above the random policy's)."""
+    from gradleak_bench.victims import validation
+
+    result = validation.validate_victim(task, victim, episodes or validation.VALIDATION_EPISODES, directory=out)
+    for name, row in result["policies"].items():
+        console.print(f"{name:8s} {validation.format_row(row)}")
+    if "learned" in result:
+        console.print(f"learned: {result['learned']} ({validation.RULE})")
 
 
 @app.command("train-defense")

@@ -44,6 +44,8 @@ def publish_checkpoints(tasks: tuple[str, ...] = (), victims: tuple[str, ...] = 
         # bits, and the committed file *is* the checkpoint (its sha256 is part of the split identity).
         if not (target / "init.safetensors").is_file():
             save_checkpoint(build_policy(spec), spec, "init", target, {"note": "seeded initialisation"})
+        else:
+            rehash_init(spec, target)
         source = cached_dir(spec)
         if (source / "trained.safetensors").is_file():
             for suffix in ("safetensors", "json"):
@@ -51,6 +53,26 @@ def publish_checkpoints(tasks: tuple[str, ...] = (), victims: tuple[str, ...] = 
             print(f"published {spec.key} init + trained")
         else:
             print(f"published {spec.key} init (no trained checkpoint in {source})")
+
+
+def rehash_init(spec, target: Path) -> bool:
+    """A victim whose *training recipe* changed (issue 31) keeps its ``init`` weights: the same file, the same
+    sha256, so the same ``init`` splits (their identity holds the weights' sha256 and the loss spec, not the
+    config hash). Only its JSON names the new spec and config hash, which loading checks. Refused when the spec
+    changed in more than its training (then the init weights are another network's)."""
+    meta_file = target / "init.json"
+    meta = json.loads(meta_file.read_text())
+    if meta["config_hash"] == spec.config_hash():
+        return False
+    old = {k: v for k, v in meta["victim"].items() if k not in ("train", "description")}
+    new = {k: v for k, v in spec.to_dict().items() if k not in ("train", "description")}
+    if old != new:
+        raise SystemExit(f"{spec.key}: the committed init was written for another network ({old} != {new}); "
+                         f"delete it to publish a new one")
+    meta["victim"], meta["config_hash"] = spec.to_dict(), spec.config_hash()
+    meta_file.write_text(json.dumps(meta, indent=1))
+    print(f"{spec.key}: init.json names the new training recipe (config {spec.config_hash()}); weights unchanged")
+    return True
 
 
 def record_splits(split: str = "test", tasks: tuple[str, ...] | None = None, resample: bool = False,
