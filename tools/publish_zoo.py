@@ -29,7 +29,7 @@ from gradleak_bench import splits
 from gradleak_bench.victims.checkpoint import cached_dir, packaged_dir, save_checkpoint
 from gradleak_bench.victims.policies import build_policy
 from gradleak_bench.tasks import get_task
-from gradleak_bench.victims.zoo import VICTIMS
+from gradleak_bench.victims.zoo import NOT_LEARNED, VICTIMS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,9 @@ def publish_checkpoints(tasks: tuple[str, ...] = (), victims: tuple[str, ...] = 
         else:
             rehash_init(spec, target)
         source = cached_dir(spec)
-        if (source / "trained.safetensors").is_file():
+        if spec.key in NOT_LEARNED:  # issue 31: a trained checkpoint that did not learn is not published
+            print(f"published {spec.key} init (trained not published: {NOT_LEARNED[spec.key]})")
+        elif (source / "trained.safetensors").is_file():
             for suffix in ("safetensors", "json"):
                 shutil.copyfile(source / f"trained.{suffix}", target / f"trained.{suffix}")
             print(f"published {spec.key} init + trained")
