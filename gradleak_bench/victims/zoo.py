@@ -196,6 +196,13 @@ VICTIMS: dict[str, VictimSpec] = {
 NOT_LEARNED: dict[str, str] = {
     "PointNav/a2c_84": "300k A2C steps left it at 8.3% val success (2/24) against 12.5% for a random policy; "
                        "a retraining (about 86 min) did not fit issue 31's CPU budget",
+    "PointNav/ppo_84": "on the 120 validation episodes 18.3% val success [12.4%, 26.2%] against a random policy's "
+                       "8.3% [4.6%, 14.7%], return -1.60 [-1.75, -1.43] against -1.83 [-1.93, -1.72]: the intervals "
+                       "overlap (a two-sample test would call it learned: Fisher one-sided p 0.018); a retraining "
+                       "(75 min) did not fit issue 31's budget",
+    "ActivePerception/reinforce": "on the 120 validation episodes 20.8% success [14.5%, 28.9%] (its init: 20.0%) "
+                                  "against a random policy's 14.2% [9.0%, 21.5%], return 2.71 [1.79, 3.69] against "
+                                  "1.63 [0.82, 2.50]: 30k REINFORCE steps (22 min) did not move it off its init",
     "PointNavContinuous/ppo_gaussian": "20k PPO steps left it at 12.5% val success (3/24), a random policy's; "
                                        "not retrained: its discrete twin ppo_compact needed 300k steps",
     "PointNavContinuous/sac": "20k SAC steps (30 min) left it at 12.5% val success (3/24), a random policy's; "
