@@ -40,7 +40,7 @@ def test_published_trained_checkpoint_learned(spec):
         assert len(per["success"]) == len(per["return"]) == row["episodes"] == data["episodes"], name
         assert row["successes"] == sum(per["success"]), name
         assert row["success_ci95"] == pytest.approx(validation.wilson(row["successes"], row["episodes"])), name
-        assert row["return_ci95"] == pytest.approx(validation.mean_interval(per["return"]), abs=1e-9), name
+        assert row["return_ci95"] == pytest.approx(validation.mean_interval(per["return"]), abs=1e-5), name  # returns stored to 6 decimals
     assert validation.verdict(rows) == {k: data[k] for k in ("success_above_random", "return_above_random", "learned")}
     assert data["learned"], f"{spec.key}: {validation.format_row(rows['trained'])} vs random {validation.format_row(rows['random'])}"
 
