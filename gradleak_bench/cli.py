@@ -92,8 +92,8 @@ def list_() -> None:
         rows = (data or {}).get("policies", {})
         cells = [validation.format_row(rows[p]) if p in rows else "-" for p in validation.POLICIES]
         status = ("yes" if data.get("learned") else "NO") if data and "learned" in data else "-"
-        if v.key in NOT_LEARNED:
-            status = f"not published: {NOT_LEARNED[v.key]}"
+        if v.key in NOT_LEARNED:  # the reason: docs/tasks.md, zoo.NOT_LEARNED, and load_victim's message
+            status = "no: trained not published"
         table.add_row(v.key, str(data["episodes"]) if data else "-", *cells, status)
     console.print(table)
 
