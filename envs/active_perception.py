@@ -8,6 +8,12 @@ Observation ``Dict(rgb, depth (n, n, 1), bbox (4,))``; the actions and step size
 and the start is a navigable point 1-4.5 m from it, on its floor, in its room or a room next to it where the
 scene has a room map. ``bbox`` is (x0, y0, x1, y1) of the target's pixels, x right and y down, scaled to
 [-1, 1]; all zeros when the target is out of view.
+
+Success (``info["success"]``, issue 31): the target was in view -- any of its pixels on the camera image -- in at
+least ``SUCCESS_STEPS_IN_VIEW`` (50) of the episode's steps, i.e. in half of a full 100-step episode. It measures
+what the reward pays for (finding the target and keeping it in view) as an event a random policy rarely reaches
+(docs/tasks.md). It is only reported: it ends no episode, and the reward, observations and truth fields are
+unchanged (so are the official splits).
 """
 from __future__ import annotations
 
@@ -22,6 +28,8 @@ from gradleak_bench.envs.task_env import SAME_FLOOR, STEP_PENALTY, TaskEnv
 from gradleak_bench.tasks import TaskSpec
 
 START_RANGE = (1.0, 4.5)
+SUCCESS_STEPS_IN_VIEW = 50
+"""Steps with the target in view that make an episode a success (module docstring)."""
 
 
 class ActivePerception(TaskEnv):
@@ -37,6 +45,7 @@ class ActivePerception(TaskEnv):
         self.target: Target | None = None
         self.target_name = ""
         self.target_position = np.zeros(2, dtype=np.float32)
+        self.steps_in_view = 0
 
     @classmethod
     def task_observation_space(cls, spec: TaskSpec, image_size: int) -> spaces.Space:
@@ -52,6 +61,7 @@ class ActivePerception(TaskEnv):
         self.target_name = self.target.name
         centre = np.asarray(self.target.position, dtype=np.float64)
         self.target_position = centre[:2].astype(np.float32)
+        self.steps_in_view = 0
         dist = np.linalg.norm(self._points[:, :2] - centre[:2], axis=1)
         lo, hi = START_RANGE
         mask = (dist >= lo) & (dist <= hi) & (np.abs(self._points[:, 2] - centre[2]) < 2.0 * SAME_FLOOR)
@@ -65,7 +75,10 @@ class ActivePerception(TaskEnv):
         return target_view(self._view.target_mask)
 
     def _reward(self) -> tuple[float, bool]:
-        return self._target_view()[1] - STEP_PENALTY, False
+        # called once per step, after the move: the step's view also counts towards success
+        bbox, score = self._target_view()
+        self.steps_in_view += int(score > 0.0 or bool(bbox.any()))
+        return score - STEP_PENALTY, False
 
     def _observation(self) -> dict[str, np.ndarray]:
         return {"rgb": self._view.rgb.copy(), "depth": self._view.depth[:, :, None].copy(),
@@ -74,4 +87,5 @@ class ActivePerception(TaskEnv):
     def _task_info(self) -> dict[str, Any]:
         bbox, score = self._target_view()
         return {"target_visible": bool(score > 0.0 or bbox.any()), "visibility": float(score),
-                "target": self.target_name, "target_position": self.target_position.copy()}
+                "target": self.target_name, "target_position": self.target_position.copy(),
+                "steps_in_view": self.steps_in_view, "success": self.steps_in_view >= SUCCESS_STEPS_IN_VIEW}

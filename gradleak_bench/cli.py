@@ -61,7 +61,8 @@ def list_() -> None:
     from gradleak_bench.metrics import all_metrics
     from gradleak_bench.tasks import TASKS
     from gradleak_bench.victims.checkpoint import find_checkpoint
-    from gradleak_bench.victims.zoo import CHECKPOINTS, VICTIMS
+    from gradleak_bench.victims import validation
+    from gradleak_bench.victims.zoo import CHECKPOINTS, NOT_LEARNED, VICTIMS
 
     import gradleak_bench.baselines  # noqa: F401
 
@@ -85,8 +86,21 @@ def list_() -> None:
     items = []
     for v in VICTIMS.values():
         marks = [c + ("*" if c == "init" or find_checkpoint(v, c) else "") for c in CHECKPOINTS]
-        items.append((v.key, f"{v.algo}, {v.policy}", [f"checkpoints: {' '.join(marks)}", v.description]))
-    section("victims (TASK/VICTIM: --task TASK --victim VICTIM; checkpoint* = available without training)", items)
+        if v.key in NOT_LEARNED:
+            marks = [m if not m.startswith("trained") else "trained-" for m in marks]
+        lines = [f"checkpoints: {' '.join(marks)}"]
+        data = validation.read_validation(v)
+        if data:  # val success and mean return with 95% intervals (`gradleak-bench validate-victim`)
+            rows = data.get("policies", {})
+            lines += [f"{p}: {validation.format_row(rows[p])}" for p in validation.POLICIES if p in rows]
+            learned = "yes" if data.get("learned") else "no"
+            if v.key in NOT_LEARNED:
+                learned = "no: trained not published"
+            lines.append(f"learned: {learned} ({data['episodes']} val episodes)")
+        items.append((v.key, f"{v.algo}, {v.policy}", lines + [v.description]))
+    section("victims (TASK/VICTIM: --task TASK --victim VICTIM; checkpoint* = available without training; "
+            "trained- = not published as trained: it did not learn, docs/tasks.md)", items)
+    out.extend(_wrapped(f"victim validation rule: {validation.RULE}", width))
     for kind in ("attack", "defense"):
         section(f"{kind}s (a name, or module:Class, or path/to/file.py:Class)",
                 [(spec.name, "", [spec.summary()]) for spec in plugins.installed(kind).values()])
@@ -460,6 +474,25 @@ def train_victim(
 
     report = train(task, victim, budget=budget, eval_episodes=eval_episodes)
     console.print_json(json.dumps(report))
+
+
+@app.command("validate-victim")
+def validate_victim_cmd(
+    task: str = typer.Argument("PointNav", help="task name"),
+    victim: Optional[str] = typer.Option(None, help="victim of the task"),
+    episodes: Optional[int] = typer.Option(None, help="val episodes (default: 120, as committed)"),
+    out: Optional[Path] = typer.Option(None, help="directory of validation.json (default: the victim's committed "
+                                                   "checkpoint directory)"),
+) -> None:
+    """Roll out the random policy, `init` and `trained` on the same val episodes and write validation.json: success
+    and return with 95% intervals, and whether `trained` learned (its intervals above the random policy's)."""
+    from gradleak_bench.victims import validation
+
+    result = validation.validate_victim(task, victim, episodes or validation.VALIDATION_EPISODES, directory=out)
+    for name, row in result["policies"].items():
+        console.print(f"{name:8s} {validation.format_row(row)}")
+    if "learned" in result:
+        console.print(f"learned: {result['learned']} ({validation.RULE})")
 
 
 @app.command("train-defense")

@@ -29,7 +29,6 @@ BASELINES=(
   "closed_form ActivePerception dqn init none"
   "closed_form ActivePerception dqn trained none"
   "closed_form ActivePerception reinforce init none"
-  "closed_form ActivePerception reinforce trained none"
   "closed_form PointNav ppo init topk -D keep=0.1"
   "closed_form PointNav ppo init gaussian_noise -D sigma=0.01"
   "closed_form PointNav ppo init dp_sgd -D C=1.0 -D sigma=1.0"

@@ -29,7 +29,9 @@ def test_every_source_is_a_committed_small_file(tables):
         for source in table.sources:
             path = ROOT / source
             assert path.is_file() and path.stat().st_size < 1_000_000, f"{name}: {source}"
-            assert source.startswith(("benchmarks/results/", "docs/data/", "docs/")), source
+            # a victim's committed validation (issue 31) is read where it is committed, beside its checkpoints
+            assert source.startswith(("benchmarks/results/", "docs/data/", "docs/")) or (
+                source.startswith("envs/checkpoints/") and source.endswith("/validation.json")), source
 
 
 def test_a_changed_source_number_changes_the_table(tables):

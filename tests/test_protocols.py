@@ -186,7 +186,8 @@ def test_a_window_is_stored_with_its_episode_and_verifies(tmp_path, ppo_episodes
 
 # --- the recorded official splits -------------------------------------------------------------------------
 
-OFFICIAL = [("PointNav", "ppo", "init", "trace-windows"), ("ActivePerception", "reinforce", "trained", "first8")]
+# reinforce's trained checkpoint is not published (issue 31, docs/tasks.md); its init split records whole episodes too
+OFFICIAL = [("PointNav", "ppo", "init", "trace-windows"), ("ActivePerception", "reinforce", "init", "first8")]
 
 
 @pytest.mark.parametrize("task,victim,checkpoint,protocol", OFFICIAL)

@@ -756,6 +756,35 @@ def trace_attacker_seeds(*runs: dict) -> str:
 VICTIM_BEHAVIOUR = "docs/data/victim_behaviour.json"
 
 
+# the committed validation of every victim (gradleak-bench validate-victim; issue 31), in the zoo's order
+VICTIM_ORDER = ("PointNav/ppo", "PointNav/ppo_compact", "PointNav/a2c", "PointNav/ppo_84", "PointNav/a2c_84",
+                "ActivePerception/dqn", "ActivePerception/reinforce", "ActivePerception/dqn_compact",
+                "PointNavContinuous/ppo_gaussian", "PointNavContinuous/sac")
+VICTIM_VALIDATION = tuple(f"envs/checkpoints/{key}/validation.json" for key in VICTIM_ORDER
+                          if (ROOT / "envs" / "checkpoints" / key / "validation.json").is_file())
+
+
+def _validation_cell(row: dict | None) -> str:
+    if row is None:
+        return "--"
+    lo, hi = row["success_ci95"]
+    rlo, rhi = row["return_ci95"]
+    return (f"{row['success_rate']:.1%} [{lo:.1%}, {hi:.1%}] ({row['successes']}/{row['episodes']}); "
+            f"return {row['mean_return']:.2f} [{rlo:.2f}, {rhi:.2f}]")
+
+
+def victim_validation(*runs: dict) -> str:
+    """Per victim: val success (Wilson 95%) and mean return (bootstrap 95%) of the random policy, init and
+    trained on the same episodes, and the rule's verdict (gradleak_bench/victims/validation.py)."""
+    rows = []
+    for run in runs:
+        p = run["policies"]
+        learned = {True: "**yes**", False: "no"}.get(run.get("learned"), "--")
+        rows.append([f"`{run['victim']}`", str(run["episodes"]), *(_validation_cell(p.get(k)) for k in
+                                                                    ("random", "init", "trained")), learned])
+    return markdown(["victim", "val episodes", "random policy", "init", "trained", "learned"], rows)
+
+
 def victim_behaviour(data: dict) -> str:
     """Per PointNav victim and checkpoint: success on these val episodes, the policy's mean entropy and mean
     probability of each action at the states it visits (benchmarks/victim_behaviour.py)."""
@@ -1111,6 +1140,7 @@ TABLES: dict[str, Table] = {
     "split_identity_margins": Table("docs/tasks.md", (SPLIT_MARGINS,), split_identity_margins),
     "split_identity_margins_84": Table("docs/tasks.md", (SPLIT_MARGINS_84,), split_identity_margins),
     "victim_behaviour": Table("docs/tasks.md", (VICTIM_BEHAVIOUR,), victim_behaviour),
+    "victim_validation": Table("docs/tasks.md", VICTIM_VALIDATION, victim_validation),
     "headline_closed_form": Table("docs/closed-form.md", CLOSED_FORM_RUNS, headline_closed_form),
     "headline_tsp": Table("docs/tsp.md", TSP_RUNS, headline_tsp),
     "defenses_grid_ap": Table("docs/defenses.md", (GRID_AP,), defenses_grid_ap),

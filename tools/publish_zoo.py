@@ -29,7 +29,7 @@ from gradleak_bench import splits
 from gradleak_bench.victims.checkpoint import cached_dir, packaged_dir, save_checkpoint
 from gradleak_bench.victims.policies import build_policy
 from gradleak_bench.tasks import get_task
-from gradleak_bench.victims.zoo import VICTIMS
+from gradleak_bench.victims.zoo import NOT_LEARNED, VICTIMS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,13 +44,37 @@ def publish_checkpoints(tasks: tuple[str, ...] = (), victims: tuple[str, ...] = 
         # bits, and the committed file *is* the checkpoint (its sha256 is part of the split identity).
         if not (target / "init.safetensors").is_file():
             save_checkpoint(build_policy(spec), spec, "init", target, {"note": "seeded initialisation"})
+        else:
+            rehash_init(spec, target)
         source = cached_dir(spec)
-        if (source / "trained.safetensors").is_file():
+        if spec.key in NOT_LEARNED:  # issue 31: a trained checkpoint that did not learn is not published
+            print(f"published {spec.key} init (trained not published: {NOT_LEARNED[spec.key]})")
+        elif (source / "trained.safetensors").is_file():
             for suffix in ("safetensors", "json"):
                 shutil.copyfile(source / f"trained.{suffix}", target / f"trained.{suffix}")
             print(f"published {spec.key} init + trained")
         else:
             print(f"published {spec.key} init (no trained checkpoint in {source})")
+
+
+def rehash_init(spec, target: Path) -> bool:
+    """A victim whose *training recipe* changed (issue 31) keeps its ``init`` weights: the same file, the same
+    sha256, so the same ``init`` splits (their identity holds the weights' sha256 and the loss spec, not the
+    config hash). Only its JSON names the new spec and config hash, which loading checks. Refused when the spec
+    changed in more than its training (then the init weights are another network's)."""
+    meta_file = target / "init.json"
+    meta = json.loads(meta_file.read_text())
+    if meta["config_hash"] == spec.config_hash():
+        return False
+    old = {k: v for k, v in meta["victim"].items() if k not in ("train", "description")}
+    new = {k: v for k, v in spec.to_dict().items() if k not in ("train", "description")}
+    if old != new:
+        raise SystemExit(f"{spec.key}: the committed init was written for another network ({old} != {new}); "
+                         f"delete it to publish a new one")
+    meta["victim"], meta["config_hash"] = spec.to_dict(), spec.config_hash()
+    meta_file.write_text(json.dumps(meta, indent=1))
+    print(f"{spec.key}: init.json names the new training recipe (config {spec.config_hash()}); weights unchanged")
+    return True
 
 
 def record_splits(split: str = "test", tasks: tuple[str, ...] | None = None, resample: bool = False,

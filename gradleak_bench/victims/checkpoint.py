@@ -24,7 +24,7 @@ from gradleak_bench.records import VictimInfo, policy_head_names
 from gradleak_bench.victims.card import (VictimCard, cached_dir, find_checkpoint, packaged_dir,  # noqa: F401
                                          read_meta, record_card)
 from gradleak_bench.victims.policies import action_count, build_policy, env_spaces
-from gradleak_bench.victims.zoo import VictimSpec, check_checkpoint, get_victim
+from gradleak_bench.victims.zoo import NOT_LEARNED, VictimSpec, check_checkpoint, get_victim
 
 
 @dataclass(frozen=True)
@@ -94,9 +94,11 @@ def load_victim(task: str, victim: str | None = None, checkpoint: str = "init") 
     if directory is None:
         if checkpoint == "init":
             return LoadedVictim(spec, checkpoint, policy, {"config_hash": spec.config_hash(), "report": {}})
+        why = (f" It is not published as trained: {NOT_LEARNED[spec.key]} (docs/tasks.md, issue 31)."
+               if checkpoint == "trained" and spec.key in NOT_LEARNED else "")
         raise GradleakError(
             f"no {checkpoint!r} checkpoint of victim {spec.key} (config {spec.config_hash()}) is committed or "
-            f"cached. Train it with: gradleak-bench train-victim {spec.task} --victim {spec.name}"
+            f"cached.{why} Train it with: gradleak-bench train-victim {spec.task} --victim {spec.name}"
         )
     meta = read_meta(directory / f"{checkpoint}.json")
     if meta.get("config_hash") != spec.config_hash():

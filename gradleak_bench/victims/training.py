@@ -266,8 +266,20 @@ def _actor(spec: VictimSpec, policy: Any) -> Any:
     return PolicyActor(policy, spec.algo, exploration_eps=0.05)
 
 
-def success_rate(spec: VictimSpec, policy: Any, episodes: int, seed: int = 12345) -> dict[str, float]:
-    """Success rate and mean return on the val layouts (``policy=None``: uniformly random actions)."""
+def success_rate(spec: VictimSpec, policy: Any, episodes: int, seed: int = 12345) -> dict[str, Any]:
+    """Success rate and mean return on the val layouts (``policy=None``: uniformly random actions), with the
+    successes counted and the success rate's 95% Wilson interval (:mod:`gradleak_bench.victims.validation`)."""
+    from gradleak_bench.victims.validation import wilson
+
+    successes, returns = rollouts(spec, policy, episodes, seed)
+    k = int(round(sum(successes)))
+    return {"success_rate": float(np.mean(successes)), "mean_return": float(np.mean(returns)), "episodes": episodes,
+            "successes": k, "success_ci95": list(wilson(k, episodes))}
+
+
+def rollouts(spec: VictimSpec, policy: Any, episodes: int, seed: int = 12345) -> tuple[list[float], list[float]]:
+    """Per val episode (seeds ``seed + i``): success (``info["success"]`` at the episode's end) and return, with
+    actions drawn from the policy (``policy=None``: uniformly random actions)."""
     task = get_task(spec.task)
     env = gym.make(task.gym_id, layouts="val", image_size=spec.image_size)
     actor = _actor(spec, policy)
@@ -286,4 +298,4 @@ def success_rate(spec: VictimSpec, policy: Any, episodes: int, seed: int = 12345
             returns.append(total)
     finally:
         env.close()
-    return {"success_rate": float(np.mean(successes)), "mean_return": float(np.mean(returns)), "episodes": episodes}
+    return successes, returns
