@@ -192,6 +192,32 @@ def spread(*samples: Any) -> float:
     return math.sqrt(total / dof) if dof else 0.0
 
 
+FRAMES = 8
+"""Frames per episode of the standard protocol (first8): the resolution of a per-episode frame average."""
+
+
+def standard_error_scale(metric: str, *samples: Any) -> float:
+    """``critical(dof) * spread`` of the verifier's own samples of ``metric``'s statistic, at least the
+    binomial floor of a frame-averaged proportion for a metric bounded in [0, 1] (accuracies, hit rates, IoU,
+    TV): a few verifier values can all be equal (accuracy 1 on every episode it drew) while the split's 48 hold
+    a wrong frame or three; the floor is the sd of a per-episode mean of :data:`FRAMES` frames at the
+    verifier's Jeffreys-smoothed rate, ``sqrt(p (1 - p) / FRAMES)``, at ``Z`` normal standard errors (a
+    difference of two such means, a leakage, counts twice the variance)."""
+    s, crit = spread(*samples), critical(_dof(*samples))
+    base = metric.split(".")[0].removeprefix("fresh:").removeprefix("record:")
+    if checks.bounds(base) != (0.0, 1.0):
+        return crit * s
+    values = np.concatenate([checks.as_values(x) for x in samples if x is not None] or [np.empty(0)])
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return crit * s
+    n = values.size * FRAMES
+    p = (float(np.clip(np.abs(values), 0, 1).mean()) * n + 0.5) / (n + 1)
+    difference = any(metric.endswith(k) for k in (".leakage", ".prior_leakage"))
+    floor_s = math.sqrt(p * (1 - p) / FRAMES * (2 if difference else 1))
+    return max(crit * s, Z * floor_s)
+
+
 def check_statistic(metric: str, entry_rows: list[float], rerun_values: list[float],
                     fresh_values: list[float] | None = None) -> Check:
     """The rule of the module docstring for one statistic: the tolerance comes from the verifier's re-run
@@ -210,7 +236,7 @@ def check_statistic(metric: str, entry_rows: list[float], rerun_values: list[flo
         return Check(metric, mu, math.nan, 0, 0.0, True, " (undefined on every re-run episode)")
     k = len(y)
     m = float(np.mean(y))
-    tol = critical(_dof(y, fresh_values)) * spread(y, fresh_values) / math.sqrt(k) + floor(mu)
+    tol = standard_error_scale(metric, y, fresh_values) / math.sqrt(k) + floor(mu)
     return Check(metric, mu, m, k, tol, abs(m - mu) <= tol)
 
 
@@ -534,7 +560,7 @@ def check_record(record: VerificationRecord, public: Rerun, fresh: Rerun) -> tup
             if not r.size or not z:
                 continue
             mu = float(r.mean())
-            tol = critical(_dof(z, own)) * spread(z, own) * math.sqrt(1 / len(z) + 1 / r.size) + floor(mu)
+            tol = standard_error_scale(label, z, own) * math.sqrt(1 / len(z) + 1 / r.size) + floor(mu)
             found.append(RecordCheck(f"record:{label}", mu, float(np.mean(z)), len(z), tol,
                                      abs(float(np.mean(z)) - mu) <= tol))
     return found, problems
