@@ -506,13 +506,14 @@ def test_a_plugin_patching_the_verifier_does_not_change_the_verdict(tmp_path):
     (folder / data["attack_code"]["file"]).write_text(PATCHING_ATTACK)
     path = folder / "useless__ppo-init.json"
     path.write_text(json.dumps(data))
-    # 4 fresh layouts (a secret seed each run): with 2, their spread alone can make the tolerance wider than the drop
-    verification = verify_file(path, episodes=4, fresh_layouts=4, priors=False)
+    # 8 public episodes and 8 fresh layouts (a secret seed each run): the tolerance is the verifier's own spread at
+    # a Student quantile, so with fewer its width alone can exceed the drop (t(5) = 12 at 4 fresh layouts)
+    verification = verify_file(path, episodes=8, fresh_layouts=8, priors=False)
     assert verify_module.check_statistic is before  # nothing of the plug-in ran in this process
     assert not verification.ok
     assert any(f.startswith("action_accuracy:") for f in verification.failures()), verification.failures()
     assert any(c.metric == "fresh:action_accuracy" and not c.ok for c in verification.fresh)
-    result = cli("verify", str(path), "--episodes", "4", "--fresh-layouts", "0")
+    result = cli("verify", str(path), "--episodes", "8", "--fresh-layouts", "0")
     assert result.returncode == 1 and "not verified: action_accuracy:" in result.stderr
 
 
