@@ -194,6 +194,10 @@ def spread(*samples: Any) -> float:
 
 FRAMES = 8
 """Frames per episode of the standard protocol (first8): the resolution of a per-episode frame average."""
+MIN_DOF = 3
+"""Fewer degrees of freedom than this in the verifier's own values and no tolerance is claimed (the statistic
+passes, its tolerance shown as inf): two episodes' swap controls reconstruct each other and can agree to the
+last digit, a spread of 0 that says nothing."""
 
 
 def standard_error_scale(metric: str, *samples: Any) -> float:
@@ -204,6 +208,8 @@ def standard_error_scale(metric: str, *samples: Any) -> float:
     verifier's Jeffreys-smoothed rate, ``sqrt(p (1 - p) / FRAMES)``, at ``Z`` normal standard errors (a
     difference of two such means, a leakage, counts twice the variance)."""
     s, crit = spread(*samples), critical(_dof(*samples))
+    if _dof(*samples) < MIN_DOF:  # two or three values (a swap control of two episodes): no spread to trust
+        return math.inf
     base = metric.split(".")[0].removeprefix("fresh:").removeprefix("record:")
     if checks.bounds(base) != (0.0, 1.0):
         return crit * s
