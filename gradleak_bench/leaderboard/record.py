@@ -26,7 +26,7 @@ import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +71,14 @@ class FreshMetric:
             out[SWAP_CONTROL] = self.controls
         return out
 
-    @property
+    # The summaries are functions of the frozen rows, bootstrapped once per object (a board reads them often).
+    @cached_property
     def summary(self) -> Interval:
         from gradleak_bench.metrics.summary import bootstrap_ci
 
         return Interval(*bootstrap_ci(_floats(self.values)))
 
-    @property
+    @cached_property
     def strongest_reference(self) -> str | None:
         """The reference with the best mean in the metric's direction (None when none has a value)."""
         means = {name: float(np.nanmean(v)) for name, rows in self.candidates().items()
@@ -86,13 +87,14 @@ class FreshMetric:
             return None
         return (max if self.higher_is_better else min)(sorted(means), key=lambda n: means[n])
 
+    @cached_property
     def reference_summary(self) -> Interval | None:
         from gradleak_bench.metrics.summary import bootstrap_ci
 
         name = self.strongest_reference
         return None if name is None else Interval(*bootstrap_ci(_floats(self.candidates()[name])))
 
-    @property
+    @cached_property
     def leakage(self) -> Interval | None:
         """Metric - strongest reference, paired per fresh layout, with its 95% BCa CI: the ranking key."""
         from gradleak_bench.metrics.summary import bootstrap_ci
@@ -113,7 +115,7 @@ class FreshMetric:
         name = self.strongest_reference
         if name is not None:
             out["strongest_reference"] = name
-            out["reference"] = _interval_dict(self.reference_summary())
+            out["reference"] = _interval_dict(self.reference_summary)
             out["leakage"] = _interval_dict(self.leakage)
         out["rows"] = {"values": list(self.values), "controls": None if self.controls is None else list(self.controls),
                        "references": {k: list(v) for k, v in sorted(self.references.items())}}

@@ -135,7 +135,7 @@ def _reference(f: record.FreshMetric | None) -> tuple[str, float]:
     if name is None:
         return "–", -math.inf
     short = name.removeprefix("prior:").replace(record.SWAP_CONTROL, "swap control")
-    return f"{short}: {_interval(f.reference_summary())}", short
+    return f"{short}: {_interval(f.reference_summary)}", short
 
 
 def _public_prior(m: MetricResult | None) -> tuple[str, float]:

@@ -402,16 +402,10 @@ class _Run:
         return summary
 
 
-SPLIT_ROLES = {
-    "development": "the public held-out split: anyone can regenerate its episodes from public code, so its "
-                   "score is a development number, never an official one (evaluate --fresh N or verify)",
-    "fresh": "layouts drawn from os.urandom after the plug-ins started, their truth generated in the scorer and "
-             "never written to disk: the official protocol (docs/leaderboard.md)",
-}
-
-
 def split_role(split: str, fresh: bool) -> str | None:
-    """What a run's score stands for (:data:`SPLIT_ROLES`); None for the train and val splits."""
+    """What a run's score stands for: ``development`` for the public held-out split (anyone can regenerate its
+    episodes from public code, so its score is never an official one), ``fresh`` for layouts drawn from
+    os.urandom after the plug-ins started (the official protocol, docs/leaderboard.md); None for train and val."""
     if fresh:
         return "fresh"
     return "development" if split in ("test", "test-full") else None
