@@ -76,16 +76,22 @@ def main() -> None:
     parser.add_argument("--verify", action="store_true", help="verify the entries first (writes their records)")
     parser.add_argument("--only", action="append", default=[], help="only entries whose path contains this")
     parser.add_argument("--skip", action="append", default=[], help="skip entries whose path contains this")
+    parser.add_argument("--conditions", default=None,
+                        help="how the verify seconds were measured (load, other jobs), kept with them")
     args = parser.parse_args()
     previous = json.loads(OUT.read_text()) if OUT.is_file() else {}
     seconds = {r["entry"]: r["verify_seconds"] for r in previous.get("rows", []) if r.get("verify_seconds")}
     if args.verify:
         seconds = verify_all(args.only, args.skip, seconds)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    conditions = args.conditions or previous.get("conditions") or (
+        f"verify runs of this call, torch on 1 thread (gradleak-bench's default); 1-min load {load:.1f} at the end")
     out = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_1min_at_end": load},
+           "conditions": conditions,
            "protocol": "gradleak-bench verify defaults: 8 public episodes (seed 0) + 16 fresh layouts, priors and "
-                       "swap control by the verifier; seconds are whole verify processes (warm split and prior "
-                       "caches, attackers fitted once per config)",
+                       "swap control by the verifier; seconds are whole verify processes; the first verify of a "
+                       "checkpoint also generated its split and fitted its priors (cached for the next), an attacker "
+                       "that fits is fitted once per config",
            "rows": summarise(seconds)}
     OUT.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {OUT}")

@@ -12,7 +12,6 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from gradleak_bench.errors import GradleakError
@@ -666,17 +665,16 @@ def verify(
     result = verify_file(entry, check_committed_record=check_record, episodes=episodes, seed=seed, attack=attack,
                          allow_unofficial=allow_unofficial, progress=True, fresh_layouts=fresh_layouts,
                          limits=_limits(limit))
-    for check in result.all_checks:
-        (console if check.ok else err_console).print(check.describe(), markup=False, highlight=False, soft_wrap=True)
+    for check in result.all_checks:  # wrapped at spaces to the console's width (80 in a pipe), never cut
+        _say(_wrapped(check.describe(), console.width), console if check.ok else err_console)
     for note in result.notes:
-        console.print(note, markup=False, highlight=False, soft_wrap=True)
+        _say(_wrapped(note, console.width))
     if not result.ok:
         for problem in result.failures():
-            err_console.print(f"[red]not verified:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
+            _say(_wrapped(f"not verified: {problem}", console.width), err_console)
         raise typer.Exit(1)
-    console.print(f"[green]verified[/green] {escape(str(entry))} on {len(result.episode_ids)} public episodes "
-                  f"(seed {seed}) and {len(result.fresh_run.ids) if result.fresh_run else 0} fresh layouts",
-                  soft_wrap=True)
+    _say(_wrapped(f"verified {entry} on {len(result.episode_ids)} public episodes (seed {seed}) and "
+                  f"{len(result.fresh_run.ids) if result.fresh_run else 0} fresh layouts", console.width))
     if record and not check_record and result.fresh_run is not None:
         root = records.entries_root(entry, result.entry.relative_path)
         if root is None:
@@ -689,8 +687,7 @@ def verify(
         path = records.record_path(root, result.entry.relative_path)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, made.to_json().encode())
-        console.print(f"record: {path} (ranked by `gradleak-bench leaderboard`)", markup=False, highlight=False,
-                      soft_wrap=True)
+        _say(_wrapped(f"record: {path} (ranked by `gradleak-bench leaderboard`)", console.width))
 
 
 @app.command()

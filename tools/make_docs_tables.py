@@ -1106,10 +1106,9 @@ def fresh_gap(data: dict) -> str:
                      iv(r.get("fresh"), digits) + (f" ({r['layouts']})" if r.get("layouts") else ""),
                      f"{r['gap']:+.{digits}f}" if r.get("gap") is not None else r["status"], ref,
                      iv(r.get("leakage"), digits), number(r.get("verify_seconds"), 0)])
-    load = data["machine"].get("load_1min_at_end")
     return markdown(["entry", "board metric", "public split (development) [95% CI]", "fresh layouts [95% CI] (layouts)",
                      "fresh - public", "strongest reference (fresh)", "leakage over it (fresh)", "verify s"], rows) + \
-        f"\n{data['protocol']}; {data['machine']['cpus']} cores, 1-min load {number(load, 1)} at the end.\n"
+        f"\n{data['protocol']}; {data['machine']['cpus']} cores; {data['conditions']}.\n"
 
 
 # ------------------------------------------------------------------ registry
