@@ -400,13 +400,36 @@ def test_box_protocols_do_not_reward_the_all_zero_box():
     assert get_metric("bbox_detection_rate").fn(zero, truth).tolist() == [0.0]
     assert get_metric("bbox_visibility_accuracy").fn(zero, truth).tolist() == [1.0, 0.0, 1.0, 1.0]
     assert np.isnan(get_metric("bbox_iou@visible").fn(zero, np.zeros((4, 4)))[0])  # never visible: no value
+    assert get_metric("bbox_mse@visible").fn(zero, truth).tolist() == [0.125]  # only the visible frame counts
+    assert get_metric("bbox_mse").fn(zero, truth).mean() == 0.125 / 4  # over all frames the zero box looks four times better
+
+
+def test_an_episode_without_a_visible_target_is_left_out_not_failed():
+    """The scorer leaves an episode whose target is never visible out of the box headline (no value), and
+    does not count it as failed; a non-finite box on a visible frame fails it with the worst value."""
+    from gradleak_bench.records import Episode
+    from gradleak_bench.run.scorer import score
+
+    specs = [get_metric("bbox_iou@visible"), get_metric("bbox_mse@visible")]
+    never = Episode("L000-E00", "ActivePerception", 0, 0, {"bbox": np.zeros((4, 4)), "action": np.zeros(4)})
+    values, failed = score(specs, {"bbox": np.zeros((4, 4))}, never)
+    assert all(np.isnan(v) for v in values.values()) and failed == {"bbox_iou@visible": 0, "bbox_mse@visible": 0}
+    truth = np.zeros((4, 4))
+    truth[1] = [0.0, 0.0, 0.5, 0.5]
+    seen = Episode("L000-E01", "ActivePerception", 0, 1, {"bbox": truth, "action": np.zeros(4)})
+    broken = np.zeros((4, 4))
+    broken[2] = np.nan
+    values, failed = score(specs, {"bbox": broken}, seen)
+    assert values == {"bbox_iou@visible": 0.0, "bbox_mse@visible": 4.0} and set(failed.values()) == {1}  # the one non-finite frame
 
 
 def test_protocols_are_selected_by_name_field_or_protocol_never_by_default():
     from gradleak_bench.metrics import select_metrics
 
     default = [s.name for s in select_metrics(None, ["rgb", "bbox"])[0]]
-    assert all("@" not in n and "ms_ssim" not in n and "detection" not in n for n in default)
+    # the only default '@' metrics are the box's visible-frame ones (its headline); no paper protocol is default
+    assert [n for n in default if "@" in n] == ["bbox_iou@visible", "bbox_mse@visible"]
+    assert all("ms_ssim" not in n and "detection" not in n for n in default)
     assert [s.name for s in select_metrics(["@qgi"], ["rgb"])[0]] == ["rgb_psnr_y@qgi", "rgb_ssim_y@qgi"]
     assert [s.name for s in select_metrics(["depth@gauss11"], ["depth"])[0]] == ["depth_ssim@gauss11"]
     assert [s.name for s in select_metrics(["rgb_ms_ssim"], ["rgb"])[0]] == ["rgb_ms_ssim"]

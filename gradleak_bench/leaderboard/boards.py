@@ -31,12 +31,13 @@ FIELD_TITLES = {"action": "actions", "rgb": "RGB", "depth": "depth", "bbox": "ta
 
 #: The metric a field's board ranks by: the first of these that an entry of the board reports (the papers'
 #: headline for the field: TRACE/QGI action accuracy and PSNR, IoU over frames where the target is visible,
-#: the trajectory's absolute error).
+#: the trajectory's absolute error). A listed field whose entries report none of these has no board: its other
+#: metrics are diagnostics that a constant wins (the all-zero box over all frames; gradleak_bench.metrics.vectors).
 HEADLINE = {
     "action": ("action_accuracy", "action_hist_tv"),
     "rgb": ("rgb_psnr", "rgb_psnr_y", "rgb_ssim"),
     "depth": ("depth_psnr", "depth_ssim"),
-    "bbox": ("bbox_iou@visible", "bbox_iou", "bbox_mse"),
+    "bbox": ("bbox_iou@visible", "bbox_mse@visible"),
     "pose": ("ate", "pose_position_error", "keypoint_hit_rate"),
     "goal": ("goal_mse",),
     "q_value": ("q_value_rel_error",),
@@ -92,7 +93,9 @@ def boards(entries: list[Entry], verified: Verified | None = None) -> list[Board
     for task, name in sorted(by_board, key=lambda k: (k[0], order.index(k[1]) if k[1] in order else len(order), k[1])):
         members = by_board[(task, name)]
         reported = {m for e in members for m in e.metrics if field_of.get(m) == name}
-        metric = next((m for m in HEADLINE.get(name, ()) if m in reported), min(reported))
+        metric = next((m for m in HEADLINE.get(name, ()) if m in reported), None if name in HEADLINE else min(reported))
+        if metric is None:  # only diagnostics a constant wins (all-frame box IoU): no board ranks by them
+            continue
         others = tuple(sorted(reported - {metric}))
         ranked = sorted(members, key=lambda e: rank_key(e, metric, verified))
         out.append(Board(task, name, metric, others, tuple(ranked), verified))

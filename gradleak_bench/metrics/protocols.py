@@ -19,11 +19,11 @@ the attack reconstructs, ``-M rgb@gauss11`` those of one field). The default met
   a channel value or a luminance), then PSNR / SSIM on BT.601 Y in [16, 235] with data range 255 as
   ``rgb_psnr_y``. The paper scales the depth image by the RGB frame's factor; a metric sees one field, so
   depth has no ``@qgi`` variant. The paper's SSIM window is not stated; the default window is used.
-* ``bbox_iou@visible``: IoU averaged over the frames where the target is visible (a true box of positive
-  area); an episode in which it is never visible scores NaN (left out of the mean, counted as failed).
-  ``bbox_detection_rate``: of those frames, the fraction where the reconstructed box has positive area.
-  ``bbox_visibility_accuracy``: per frame, 1 when the reconstruction and the truth agree on whether the
-  target is visible. An all-zero box scores IoU near 1 on frames without a target; these do not reward it.
+* ``bbox_detection_rate``: of the frames where the target is visible, the fraction where the reconstructed
+  box has positive area. ``bbox_visibility_accuracy``: per frame, 1 when the reconstruction and the truth
+  agree on whether the target is visible. (A constant full-frame box wins the first, the all-zero box
+  nearly wins the second: diagnostics, never headlines. The default box metrics, scored where the target is
+  visible, are ``bbox_iou@visible`` and ``bbox_mse@visible`` in :mod:`gradleak_bench.metrics.vectors`.)
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from gradleak_bench.metrics.images import (
     psnr_capped,
 )
 from gradleak_bench.metrics.registry import MetricSpec, finite_steps, register_metric, require_same_shape
-from gradleak_bench.metrics.vectors import _pair, bbox_iou
+from gradleak_bench.metrics.vectors import _pair, visible_boxes
 
 _Y_RANGE = 255.0
 MS_SSIM_WEIGHTS = (0.0448, 0.2856, 0.3001)
@@ -160,26 +160,6 @@ def depth_ms_ssim(recon: np.ndarray, truth: np.ndarray) -> np.ndarray:
     return _ms_ssim("depth_ms_ssim", recon, truth, _depth_m, DEPTH_RANGE_M)
 
 
-def _visible(boxes: np.ndarray) -> np.ndarray:
-    return (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
-
-
-def bbox_iou_visible(recon: np.ndarray, truth: np.ndarray) -> np.ndarray:
-    """Mean IoU over the frames where the target is visible; NaN for an episode without one (1 value).
-
-    Example:
-        >>> import numpy as np
-        >>> truth = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]])
-        >>> bbox_iou_visible(np.zeros((2, 4)), truth)  # the all-zero box: 0 on the one visible frame
-        array([0.])
-    """
-    iou = bbox_iou(recon, truth)
-    _, true_boxes, ok = _pair("bbox_iou@visible", recon, truth)
-    scored = iou[_visible(true_boxes)]
-    # one value for the episode: a failed (non-finite) step fails it, as for the trajectory metrics
-    return np.array([scored.mean() if scored.size and ok.all() else np.nan])
-
-
 def bbox_detection_rate(recon: np.ndarray, truth: np.ndarray) -> np.ndarray:
     """Fraction of the frames with the target visible where the reconstructed box has positive area (1 value).
 
@@ -190,14 +170,14 @@ def bbox_detection_rate(recon: np.ndarray, truth: np.ndarray) -> np.ndarray:
         array([0.5])
     """
     rec_boxes, true_boxes, ok = _pair("bbox_detection_rate", recon, truth)
-    visible = _visible(true_boxes)
-    return np.array([_visible(rec_boxes)[visible].mean() if visible.any() and ok.all() else np.nan])
+    visible = visible_boxes(true_boxes)
+    return np.array([visible_boxes(rec_boxes)[visible].mean() if visible.any() and ok.all() else np.nan])
 
 
 def bbox_visibility_accuracy(recon: np.ndarray, truth: np.ndarray) -> np.ndarray:
     """Per frame 1.0 when the reconstruction and the truth agree on whether the target is visible."""
     rec_boxes, true_boxes, ok = _pair("bbox_visibility_accuracy", recon, truth)
-    return np.where(ok, (_visible(rec_boxes) == _visible(true_boxes)).astype(np.float64), np.nan)
+    return np.where(ok, (visible_boxes(rec_boxes) == visible_boxes(true_boxes)).astype(np.float64), np.nan)
 
 
 _GAUSS = "11x11 Gaussian window, sigma 1.5, population covariance (Wang et al.; the TRACE code's SSIM)"
@@ -220,9 +200,6 @@ PROTOCOL_METRICS = (
                f"PSNR on BT.601 Y in [16,235], data range 255, {_QGI}.", True, default=False, worst=0.0),
     MetricSpec("rgb_ssim_y@qgi", "rgb", rgb_ssim_y_qgi, True, "",
                f"SSIM (7x7 uniform) on BT.601 Y in [16,235], data range 255, {_QGI}.", True, default=False, worst=-1.0),
-    MetricSpec("bbox_iou@visible", "bbox", bbox_iou_visible, True, "",
-               "Mean IoU over the frames where the target is visible (true box of positive area); NaN if never.",
-               False, default=False, worst=0.0),
     MetricSpec("bbox_detection_rate", "bbox", bbox_detection_rate, True, "",
                "Of the frames with the target visible, the fraction with a reconstructed box of positive area.",
                False, default=False, worst=0.0),

@@ -30,7 +30,7 @@ from gradleak_bench.errors import AttackNotApplicableError, GradleakError
 from gradleak_bench.paths import atomic_write_bytes, default_run_dir, dumps_strict
 
 # The leakage shown for an attack: the first of these that it reconstructs.
-HEADLINE_METRICS = ("rgb_psnr", "hausdorff", "action_accuracy", "bbox_iou", "depth_psnr", "return_rel_error")
+HEADLINE_METRICS = ("rgb_psnr", "hausdorff", "action_accuracy", "bbox_iou@visible", "depth_psnr", "return_rel_error")
 
 
 @dataclass(frozen=True)
