@@ -20,22 +20,38 @@ def test_pareto_front_keeps_the_undominated_points():
     assert pareto_front(points) == [1, 2, 0]
 
 
-def test_leakage_is_oriented_so_larger_means_more_leaked():
-    up = {"higher_is_better": True, "leakage": {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6},
-          "prior_leakage": {"mean": 0.2, "ci_low": 0.1, "ci_high": 0.3}}
-    down = {"higher_is_better": False, "leakage": {"mean": -2.0, "ci_low": -3.0, "ci_high": -1.0},
-            "prior_leakage": {"mean": 1.0, "ci_low": 0.5, "ci_high": 1.5}}
-    assert oriented_leakage(up) == (0.2, 0.1, 0.3)  # the headline: over the best prior
+def _iv(mean: float, low: float, high: float) -> dict:
+    return {"mean": mean, "ci_low": low, "ci_high": high}
+
+
+def _metric(higher: bool, mean: float, control: float, leakage: dict, prior: float | None = None,
+            prior_leakage: dict | None = None) -> dict:
+    out = {**_iv(mean, mean - 0.1, mean + 0.1), "n": 10, "higher_is_better": higher,
+           "control": _iv(control, control - 0.1, control + 0.1), "leakage": leakage}
+    if prior is not None:
+        out.update(references={"prior:p": _iv(prior, prior - 0.1, prior + 0.1)}, best_prior="prior:p",
+                   prior_leakage=prior_leakage)
+    return out
+
+
+def test_leakage_is_oriented_so_larger_means_more_leaked_and_the_headline_is_over_the_stronger_reference():
+    up = _metric(True, 0.9, 0.4, _iv(0.5, 0.4, 0.6), 0.7, _iv(0.2, 0.1, 0.3))
+    down = _metric(False, 1.0, 3.0, _iv(-2.0, -3.0, -1.0), 0.0, _iv(1.0, 0.5, 1.5))
+    assert oriented_leakage(up) == (0.2, 0.1, 0.3)  # the headline: the prior (0.7) beats the control (0.4)
     assert oriented_leakage(up, "leakage") == (0.5, 0.4, 0.6)
     assert oriented_leakage(down, "leakage") == (2.0, 1.0, 3.0)
     assert oriented_leakage(down) == (-1.0, -1.5, -0.5)  # worse than the prior: negative leakage
+    control_wins = _metric(True, 0.9, 0.8, _iv(0.1, 0.0, 0.2), 0.7, _iv(0.2, 0.1, 0.3))
+    assert oriented_leakage(control_wins) == (0.1, 0.0, 0.2)  # never over the weaker prior
+    assert oriented_leakage(control_wins, "prior_leakage") == (0.2, 0.1, 0.3)
 
 
-def test_a_run_without_priors_has_no_headline_leakage():
+def test_a_run_without_priors_is_headlined_over_its_swap_control():
     import math
 
-    no_prior = {"higher_is_better": True, "leakage": {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6}}
-    assert all(math.isnan(v) for v in oriented_leakage(no_prior))
+    no_prior = _metric(True, 0.9, 0.4, _iv(0.5, 0.4, 0.6))
+    assert oriented_leakage(no_prior) == (0.5, 0.4, 0.6)
+    assert all(math.isnan(v) for v in oriented_leakage(no_prior, "prior_leakage"))
     with pytest.raises(ValueError, match="kind must be one of"):
         oriented_leakage(no_prior, "control")
 
@@ -73,7 +89,7 @@ def test_grid_cells_utility_table_plot_and_resume(tmp_path):
         assert (tmp_path / name).is_file(), name
     table = (tmp_path / "grid.md").read_text()
     assert "`quantize(bits=1)`" in table and "val return (defended" in table and "sd over 2 seeds" in table
-    assert_headline_is_over_the_best_prior(tmp_path, grid)
+    assert_headline_is_over_the_strongest_reference(tmp_path, grid)
     utility = grid["utility"]["PointNav/ppo_compact/quantize(bits=1)"]
     assert utility["n_seeds"] == 2 and [r["report"]["seed"] for r in utility["runs"]] == [0, 1]
     assert utility["runs"][0]["report"]["defended"]["timesteps"] == 512
@@ -87,9 +103,9 @@ def test_grid_cells_utility_table_plot_and_resume(tmp_path):
     assert [c["status"] for c in again["cells"]] == [c["status"] for c in grid["cells"]]
 
 
-def assert_headline_is_over_the_best_prior(out: Path, grid: dict) -> None:
-    """grid.csv's ``leakage`` is the cell's results.json ``prior_leakage`` (oriented), the control's its own
-    column; grid.md shows both, the prior named."""
+def assert_headline_is_over_the_strongest_reference(out: Path, grid: dict) -> None:
+    """grid.csv's ``leakage`` is the cell's results.json ``reference_leakage`` (oriented) with the reference
+    named, the best prior's and the control's their own columns; grid.md shows the headline and the prior's."""
     import pandas as pd
 
     frame = pd.read_csv(out / "grid.csv")
@@ -97,14 +113,16 @@ def assert_headline_is_over_the_best_prior(out: Path, grid: dict) -> None:
     metric = cell["summary"]["metrics"]["action_accuracy"]
     row = frame[(frame["attack"] == "closed_form") & (frame["setting"] == "none")
                 & (frame["metric"] == "action_accuracy")].iloc[0]
-    assert row["leakage"] == pytest.approx(metric["prior_leakage"]["mean"])
+    assert row["leakage"] == pytest.approx(metric["reference_leakage"]["mean"])
+    assert row["prior_leakage"] == pytest.approx(metric["prior_leakage"]["mean"])
     assert row["control_leakage"] == pytest.approx(metric["leakage"]["mean"])
+    reference = metric["strongest_reference"]
+    assert row["reference"] == ("swap control" if reference == "swap_control" else reference.removeprefix("prior:"))
     assert row["best_prior"] == metric["best_prior"].removeprefix("prior:")
-    assert row["leakage"] != pytest.approx(row["control_leakage"])  # two references, two numbers
     table = (out / "grid.md").read_text()
-    assert "leakage vs best prior" in table and "vs swap control" in table
-    best = f"{row['leakage']:.3g} [{row['leakage_ci_low']:.3g}, {row['leakage_ci_high']:.3g}] ({row['best_prior']})"
-    assert best in table
+    assert "leakage vs strongest reference" in table and "vs best prior" in table
+    headline = f"{row['leakage']:.3g} [{row['leakage_ci_low']:.3g}, {row['leakage_ci_high']:.3g}] ({row['reference']})"
+    assert headline in table
 
 
 def test_grid_cli_end_to_end(tmp_path):

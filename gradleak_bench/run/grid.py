@@ -222,24 +222,27 @@ def headline_metric(summary: dict[str, Any]) -> str | None:
     return next((m for m in HEADLINE_METRICS if m in metrics), next(iter(metrics), None))
 
 
-LEAKAGE_KINDS = ("prior_leakage", "leakage")  # over the best prior (the headline), over the swap control
+LEAKAGE_KINDS = ("reference_leakage", "prior_leakage", "leakage")
+"""Over the strongest reference (the stronger of the best prior and the swap control: the headline), over the
+best prior, over the swap control."""
 
 
-def oriented_leakage(entry: Any, kind: str = "prior_leakage") -> tuple[float, float, float]:
+def oriented_leakage(entry: Any, kind: str = "reference_leakage") -> tuple[float, float, float]:
     """Leakage of a MetricResult (or its results.json dict) with its CI, oriented so that larger means more
-    leaked: ``kind="prior_leakage"`` (metric - best prior, the headline) or ``"leakage"`` (metric - swap
-    control). NaNs when the run has no such reference."""
+    leaked: ``kind="reference_leakage"`` (metric - the strongest reference, the headline),
+    ``"prior_leakage"`` (metric - best prior) or ``"leakage"`` (metric - swap control). NaNs when the run has
+    no such reference."""
+    from gradleak_bench.run.results import MetricResult
+
     if kind not in LEAKAGE_KINDS:
         raise ValueError(f"kind must be one of {LEAKAGE_KINDS}, got {kind!r}")
-    if isinstance(entry, dict):
-        leak, higher = entry.get(kind), entry.get("higher_is_better", True)
-        leak = None if leak is None else (leak["mean"], leak["ci_low"], leak["ci_high"])
-    else:
-        higher, interval = entry.higher_is_better, getattr(entry, kind)
-        leak = None if interval is None else (interval.mean, interval.ci_low, interval.ci_high)
-    if leak is None:
+    if isinstance(entry, dict):  # the headline is derived, so read the dict as a MetricResult
+        entry = MetricResult.from_dict(entry)
+    interval = getattr(entry, kind)
+    if interval is None:
         return math.nan, math.nan, math.nan
-    return leak if higher else (-leak[0], -leak[2], -leak[1])
+    leak = (interval.mean, interval.ci_low, interval.ci_high)
+    return leak if entry.higher_is_better else (-leak[0], -leak[2], -leak[1])
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[int]:
@@ -306,7 +309,7 @@ def run_grid(config: GridConfig, progress: bool = True) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------ outputs
 def _rows(grid: dict[str, Any]) -> list[dict[str, Any]]:
-    from gradleak_bench.run.results import MetricResult
+    from gradleak_bench.run.results import SWAP_CONTROL, MetricResult
 
     rows = []
     for c in grid["cells"]:
@@ -322,14 +325,18 @@ def _rows(grid: dict[str, Any]) -> list[dict[str, Any]]:
         for name, raw in summary.get("metrics", {}).items():
             entry = MetricResult.from_dict(raw, f"grid cell {c['task']}/{c['victim']} {c['attack']} x "
                                                 f"{c['setting']}: {name}")
-            leak, lo, hi = oriented_leakage(entry, "prior_leakage")
+            leak, lo, hi = oriented_leakage(entry, "reference_leakage")
+            p_leak, p_lo, p_hi = oriented_leakage(entry, "prior_leakage")
             c_leak, c_lo, c_hi = oriented_leakage(entry, "leakage")
             best = entry.references.get(entry.best_prior) if entry.best_prior else None
+            reference = entry.strongest_reference or ""
             rows.append({**base, "metric": name, "headline": name == headline, "mean": entry.mean,
                          "ci_low": entry.ci_low, "ci_high": entry.ci_high,
+                         "reference": "swap control" if reference == SWAP_CONTROL else reference.removeprefix("prior:"),
+                         "leakage": leak, "leakage_ci_low": lo, "leakage_ci_high": hi,
                          "best_prior": (entry.best_prior or "").removeprefix("prior:"),
                          "best_prior_mean": best.mean if best else math.nan,
-                         "leakage": leak, "leakage_ci_low": lo, "leakage_ci_high": hi,
+                         "prior_leakage": p_leak, "prior_leakage_ci_low": p_lo, "prior_leakage_ci_high": p_hi,
                          "control": entry.control.mean if entry.control else math.nan,
                          "control_leakage": c_leak, "control_leakage_ci_low": c_lo, "control_leakage_ci_high": c_hi,
                          "failed_frames": entry.failed_frames})
@@ -353,7 +360,8 @@ def _interval_text(mean: float, low: float, high: float) -> str:
 
 
 def _entries(rows: Any) -> tuple[str, str]:
-    """One cell's two table entries: leakage over the best prior (with the prior's name) and over the control."""
+    """One cell's two table entries: leakage over the strongest reference (named) and over the best prior
+    (named)."""
     status = rows["status"].iloc[0] if len(rows) else "failed"
     head = rows[rows["headline"] == True]  # noqa: E712
     if status == "skipped":
@@ -363,22 +371,24 @@ def _entries(rows: Any) -> tuple[str, str]:
     r = head.iloc[0]
     failed = int(r.get("failed_frames", 0) or 0)
     note = f" ({failed} failed frames)" if failed else ""
-    prior = ("no prior" if math.isnan(r["leakage"]) else
-             _interval_text(r["leakage"], r["leakage_ci_low"], r["leakage_ci_high"]) + f" ({r['best_prior']})")
-    control = ("--" if math.isnan(r["control_leakage"]) else
-               _interval_text(r["control_leakage"], r["control_leakage_ci_low"], r["control_leakage_ci_high"]))
-    return prior + note, control
+    strongest = ("no reference" if math.isnan(r["leakage"]) else
+                 _interval_text(r["leakage"], r["leakage_ci_low"], r["leakage_ci_high"]) + f" ({r['reference']})")
+    prior = ("no prior" if math.isnan(r["prior_leakage"]) else
+             _interval_text(r["prior_leakage"], r["prior_leakage_ci_low"], r["prior_leakage_ci_high"])
+             + f" ({r['best_prior']})")
+    return strongest + note, prior
 
 
 def markdown_table(frame: Any) -> str:
     """Headline metric per cell: one table per task/victim, settings as rows and, per attack, two columns:
-    leakage over the best prior ``mean [CI] (prior)`` (the headline) and over the swap control; utility
-    columns when measured."""
+    leakage over the strongest reference ``mean [CI] (reference)`` (the headline) and over the best prior;
+    utility columns when measured."""
     lines = ["# Defense grid", "",
              "Each attack has two columns for its headline metric, both oriented so that larger = more leaked, "
-             "with 95% bootstrap CIs: **leakage over the best gradient-free prior** (metric - best prior, paired "
-             "per episode; the prior named in brackets; the headline, docs/priors.md) and leakage over the swap "
-             "control (the attack's output for another episode). `-` skipped (attack does not apply), `x` failed; "
+             "with 95% bootstrap CIs, paired per episode: **leakage over the strongest reference** (the stronger "
+             "of the best gradient-free prior and the swap control, the attack's output for another episode; "
+             "named in brackets; the headline, docs/priors.md) and leakage over the best prior (named). The "
+             "leakage over the swap control is in grid.csv. `-` skipped (attack does not apply), `x` failed; "
              "failed frames (missing or non-finite output, each scored the metric's worst value) are shown when "
              "there are any.", ""]
     if frame.empty:
@@ -393,7 +403,7 @@ def markdown_table(frame: Any) -> str:
         header = ["setting"]
         for a in attacks:
             name = f"{a} ({heads[a]})" if heads[a] else a
-            header += [f"{name}: leakage vs best prior", f"{name}: vs swap control"]
+            header += [f"{name}: leakage vs strongest reference", f"{name}: vs best prior"]
         header += ["val return (defended, mean ± sd over seeds)", "val success", "DP eps/step in training"] if util else []
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for s in settings:
