@@ -200,7 +200,8 @@ BUDGET_CURVES_TABLE = Table(
              Col("frames", When(FIRST_ROW_OF_RUN, "{run.frames|len}", "")),
              Col("iterations", When(
                  "point.iterations|given",
-                 When("cfg.snapshot_offset", "{cfg.snapshot_offset:,} + {point.iterations|minus(cfg.snapshot_offset):,}",
+                 When("cfg.snapshot_offset",
+                      "{cfg.snapshot_offset:,} + {point.iterations|minus(cfg.snapshot_offset):,}",
                       "{point.iterations:,}"),
                  When("cfg.quick_checkpoint", "quick preset (= {cfg.quick_checkpoint})", "quick preset (own run)"))),
              Each("metric, spec, signed", (("rgb_psnr", ".1f", "+.1f"), ("rgb_ssim", ".2f", "+.2f"),
@@ -265,7 +266,8 @@ IG_REFERENCE_TABLE = Table(
 IG_REFERENCE_LOSS = Table(
     "docs/inversion-attacks.md", {"data": IG_REFERENCE},
     rows=Loop("a", "data.loss_agreement?"),
-    columns=(Col("frame", "{a.frame}"), Col("images", "{a.points}"), Col("loss, abs. diff", "{a.max_loss_abs_diff:.1e}"),
+    columns=(Col("frame", "{a.frame}"), Col("images", "{a.points}"),
+             Col("loss, abs. diff", "{a.max_loss_abs_diff:.1e}"),
              Col("image gradient, rel. L2: ours vs breaching", "{a.max_grad_rel_l2_diff:.1e}"),
              Col("ours vs float64", "{a.max_grad_rel_l2_diff_ours_vs_float64:.1e}"),
              Col("breaching vs float64", "{a.max_grad_rel_l2_diff_breaching_vs_float64:.1e}"),
@@ -385,7 +387,8 @@ RESOLUTION_COLUMNS = (
     Col("episodes (frames)", "{n} ({run.n_frames} frames)"),
     Col("ms / frame", When("ms|real", When("ms|ge(10)", "{ms:.0f}", "{ms:.2g}"))),
     Col("load at start (2 cores)", "{run.machine_before.load_average.0:.1f}"))
-RESOLUTION_CLOSED_FORM_RUNS = headline(  # each 84x84 run after its 64x64 counterpart, every victim at init, then trained
+# each 84x84 run after its 64x64 counterpart, every victim at init, then trained
+RESOLUTION_CLOSED_FORM_RUNS = headline(
     "closed_form_PointNav_ppo_init", "closed_form_PointNav_ppo_84_init", "closed_form_PointNav_a2c_init",
     "closed_form_PointNav_a2c_84_init", "closed_form_PointNav_ppo_trained", "closed_form_PointNav_ppo_84_trained",
     "closed_form_PointNav_a2c_trained", "closed_form_PointNav_a2c_84_trained")

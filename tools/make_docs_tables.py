@@ -48,12 +48,13 @@ def load(path: str) -> Any:
 
 # ------------------------------------------------------------------ expressions: paths, literals and filters
 #
-#   expr := term ("|" step)*      step := NAME ["(" expr ("," expr)* ")"] | "." path
-#   term := 'text' | number | true | false | none | path
-#   path := NAME step*            step := "." (NAME | INT | "*") ["?"] | "[" expr "]" ["?"]
+#   expr   := term ("|" filter)*          filter := NAME ["(" expr ("," expr)* ")"] | keys
+#   term   := 'text' | number | true | false | none | NAME keys
+#   keys   := ("." (NAME | INT | "*") ["?"] | "[" expr "]" ["?"])*
 #
 # ``?`` after a key: None when the key is absent or the value it is read from is None. ``*``: every element
-# (a dict's values), the rest of the path read from each; two ``*`` give one flat list.
+# (a dict's values), the rest of the path read from each; two ``*`` give one flat list. ``|.key`` reads on
+# from a filter's result.
 
 _TOKEN = re.compile(r"\s*(?:(?P<text>'[^']*')|(?P<number>-?\d+(?:\.\d+)?(?:e-?\d+)?)|(?P<name>[A-Za-z_][\w@]*)"
                     r"|(?P<op>[.|()\[\],*?]))")
@@ -97,6 +98,8 @@ class _Parser:
                 node = ("path", node, self.steps())
                 continue
             name, args = self.take("name"), []
+            if name not in FILTERS and name != "fill":
+                raise SyntaxError(f"no filter {name!r} (in {self.source!r}); known: {', '.join(sorted(FILTERS))}")
             if self.peek("("):
                 self.take()
                 args.append(self.expr())
@@ -302,7 +305,6 @@ def _spaced_sign(value: float, spec: str) -> str:
 # every name a spec may use after ``|``; ``fill`` (the value read as a template here) is the evaluator's
 FILTERS: dict[str, Callable[..., Any]] = {
     # text
-    "code": lambda v: f"`{v}`",
     "upper": str.upper,
     "fmt": number,
     "removesuffix": str.removesuffix,
@@ -317,7 +319,6 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "choose": lambda v, yes, no: yes if v else no,
     "default": lambda v, other: other if v is None else v,
     "given": lambda v: v is not None,
-    "not": lambda v: not v,
     "eq": lambda v, other: v == other,
     "ne": lambda v, other: v != other,
     "ge": lambda v, other: _real(v) and v >= other,
@@ -333,7 +334,6 @@ FILTERS: dict[str, Callable[..., Any]] = {
     # lists and dicts
     "len": len,
     "keys": list,
-    "first": lambda v: v[0],
     "last": lambda v: v[-1],
     "min": min,
     "max": max,
@@ -371,6 +371,8 @@ def _fields(text: str) -> Iterator[tuple[str, str | None, str | None]]:
     while (start := text.find("{", at)) >= 0:
         depth, quoted, colon, end = 0, False, None, start + 1
         while quoted or depth or text[end] != "}":
+            if end == len(text) - 1:
+                raise SyntaxError(f"no closing brace in {text!r}")
             char = text[end]
             quoted ^= char == "'"
             if not quoted:
@@ -404,13 +406,13 @@ def bind(names: str, over: str | tuple, scope: dict, where: str | tuple = (), le
     then ``let`` (name: expression) is evaluated, and items failing a ``where`` test are left out."""
     items = evaluate(over, scope) if isinstance(over, str) else over
     items = [] if items is None else items  # an absent list (``x.rows?``): no items
-    names_ = [n.strip() for n in names.split(",")]
+    bound = [n.strip() for n in names.split(",")]
     if isinstance(items, dict):
-        items = list(items.items()) if len(names_) > 1 else list(items.values())
+        items = list(items.items()) if len(bound) > 1 else list(items.values())
     if order:
-        items = sorted(items, key=lambda item: tuple(evaluate(k, _bound(scope, names_, item)) for k in order))
+        items = sorted(items, key=lambda item: tuple(evaluate(k, _bound(scope, bound, item)) for k in order))
     for i, item in enumerate(items):
-        inner = _bound(scope, names_, item)
+        inner = _bound(scope, bound, item)
         if index:
             inner[index] = i
         for name, expr in (let or {}).items():
@@ -506,7 +508,10 @@ def render_table(table: Any, sources: dict[str, Any] | None = None) -> str:
 
 
 def render(name: str) -> str:
-    return render_table(TABLES[name])
+    try:
+        return render_table(TABLES[name])
+    except Exception as error:  # a spec's path that no longer matches its file: say which table
+        raise RuntimeError(f"docs table {name!r}: {type(error).__name__}: {error}") from error
 
 
 # ------------------------------------------------------------------ the marked places in docs/
