@@ -15,7 +15,8 @@ renderer's ``FILTERS``, shared by every table.
 ``{expression:spec}`` is filled in with the format spec (``--`` for a missing number); or a :class:`When`
 (one text or another), a :class:`Join` (a text per item), or a tuple of texts, one after the other.
 
-A ``let`` or ``over`` that is a tuple is literal data, not an expression.
+A ``let`` or ``over`` that is a tuple is literal data, not an expression; ``{label|fill}`` reads such a
+literal string as a template where it is used.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ class Col:
     """A column: its header (filled from the table's names) and each row's cell. An ``optional`` column is
     left out when every cell is empty; otherwise its empty cells read ``--``."""
     header: Text
-    cell: Text = ""
+    cell: Text
     optional: bool = False
 
 
@@ -98,8 +99,10 @@ class Grid:
 @dataclass(frozen=True)
 class Table:
     """``sources``: name -> a file, or a tuple of files (the list of them); ``skip_missing``: a tuple takes only
-    the files present (results written one at a time). ``let``: names for the whole table. ``more``: further
-    tables; ``note``: a paragraph after them (a tuple of texts: the non-empty ones joined by a space)."""
+    the files present (results written one at a time). ``rows``: loops and rows, in order; ``columns``:
+    :class:`Col` and :class:`Each` (a plain text is a header alone, where every row brings its own cells).
+    ``let``: names for the whole table. ``more``: further tables; ``note``: a paragraph after them (a tuple of
+    texts: the non-empty ones joined by a space)."""
     doc: str
     sources: dict
     rows: Loop | Row | tuple
