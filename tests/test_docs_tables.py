@@ -26,7 +26,7 @@ def test_every_docs_table_matches_its_source(tables):
 
 def test_every_source_is_a_committed_small_file(tables):
     for name, table in tables.TABLES.items():
-        for source in table.sources:
+        for source in tables.paths(table):
             path = ROOT / source
             assert path.is_file() and path.stat().st_size < 1_000_000, f"{name}: {source}"
             # a victim's committed validation (issue 31) is read where it is committed, beside its checkpoints
@@ -35,11 +35,57 @@ def test_every_source_is_a_committed_small_file(tables):
 
 
 def test_a_changed_source_number_changes_the_table(tables):
-    data = tables.load(tables.TSP)
+    spec = tables.TABLES["tsp_results"]
+    data = tables.load_sources(spec)
     changed = copy.deepcopy(data)
-    first = next(iter(changed.values()))
+    first = next(iter(changed["table"].values()))
     first["metrics"]["ate"]["mean"] += 1.0
-    assert tables.tsp_results(changed) != tables.tsp_results(data)
+    assert tables.render_table(spec, changed) != tables.render_table(spec, data)
+
+
+def test_a_drifted_cell_is_reported(tables):
+    """One committed cell edited by hand fails the check, naming the table and its source."""
+    text = (ROOT / "docs" / "tsp.md").read_text()
+    assert tables.check_text(text, "docs/tsp.md") == []
+    start = text.index("<!-- table: tsp_results -->")
+    cell = text.index("| ", text.index("|---|", start)) + 2  # the first cell of the first row
+    drifted = text[:cell] + "drifted " + text[cell:]
+    assert tables.check_text(drifted, "docs/tsp.md") == [
+        "docs/tsp.md: table 'tsp_results' differs from its source (benchmarks/results/tsp_eval.json); "
+        "run python tools/make_docs_tables.py"]
+
+
+def test_every_expression_in_the_specs_parses(tables):
+    """A typo in a spec's expression or filter name fails here, also in a branch no committed file takes."""
+    expressions = list(_expressions(list(tables.TABLES.values()), tables))
+    assert len(expressions) > 500
+    for expr in expressions:
+        tables.parse(expr)
+
+
+# fields that hold expressions (a tuple ``over`` or ``let`` value is literal data); the rest hold texts
+_CHOOSING = {"over", "where", "order", "test", "when"}
+_NEITHER = {"doc", "sources", "names", "index", "sep", "empty", "optional", "skip_missing"}
+
+
+def _expressions(obj, tables):
+    import dataclasses
+
+    if isinstance(obj, str):  # a text: the expression of each field
+        yield from (expr for _, expr, _ in tables._fields(obj) if expr is not None)
+    elif isinstance(obj, (tuple, list)):
+        for part in obj:
+            yield from _expressions(part, tables)
+    elif dataclasses.is_dataclass(obj):
+        for field in dataclasses.fields(obj):
+            value = getattr(obj, field.name)
+            if field.name in _CHOOSING:
+                yield from (v for v in ((value,) if isinstance(value, str) else value or ())
+                            if isinstance(value, str) or field.name != "over")
+            elif field.name == "let":
+                yield from (v for v in value.values() if isinstance(v, str))
+            elif field.name not in _NEITHER:
+                yield from _expressions(value, tables)
 
 
 def test_unknown_and_misplaced_markers_are_reported(tables):
