@@ -132,11 +132,20 @@ def test_headline_file_is_its_per_episode_values(path):
     assert checked, f"{path.name}: no metric with finite per-episode values"
 
 
-def test_verdict_reads_the_oriented_ci(tables):
-    up = {"higher_is_better": True, "prior_leakage": {"mean": 0.2, "ci_low": 0.1, "ci_high": 0.3}}
-    down = {"higher_is_better": False, "prior_leakage": {"mean": 0.2, "ci_low": 0.1, "ci_high": 0.3}}
-    spans = {"higher_is_better": True, "prior_leakage": {"mean": 0.0, "ci_low": -0.1, "ci_high": 0.1}}
-    assert tables.verdict(up) == "**leaks**"
-    assert tables.verdict(down) == "below prior"  # a larger error than the prior's
+def test_verdict_reads_the_oriented_ci_over_the_strongest_reference(tables):
+    def metric(higher, prior_mean, prior_leak, control_mean, control_leak):
+        iv = lambda m, lo, hi: {"mean": m, "ci_low": lo, "ci_high": hi}  # noqa: E731
+        return {"higher_is_better": higher, "best_prior": "prior:p", "best_prior_score": iv(prior_mean, 0, 0),
+                "prior_leakage": iv(*prior_leak), "control": iv(control_mean, 0, 0), "leakage": iv(*control_leak)}
+
+    up = metric(True, 0.7, (0.2, 0.1, 0.3), 0.4, (0.5, 0.4, 0.6))
+    down = metric(False, 0.5, (0.2, 0.1, 0.3), 0.9, (-0.2, -0.3, -0.1))
+    spans = metric(True, 0.7, (0.0, -0.1, 0.1), 0.4, (0.3, 0.2, 0.4))
+    control_wins = metric(True, 0.4, (0.5, 0.4, 0.6), 0.7, (0.0, -0.1, 0.1))
+    assert tables.strongest(up)["name"] == "p" and tables.verdict(up) == "**leaks**"
+    assert tables.verdict(down) == "below reference"  # a larger error than the prior's (the stronger)
     assert tables.verdict(spans) == "no leak (CI spans 0)"
-    assert tables.verdict({"higher_is_better": True}) == "no prior"
+    # the control beats the prior: its leakage decides, never the larger one over the weaker prior
+    assert tables.strongest(control_wins)["name"] == "swap control"
+    assert tables.verdict(control_wins) == "no leak (CI spans 0)"
+    assert tables.verdict({"higher_is_better": True}) == "no reference"

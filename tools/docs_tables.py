@@ -120,15 +120,17 @@ WHO = "{run.task}/{run.victim}/{run.checkpoint}"
 BEST = When("m.best_prior?", "{m.best_prior|prior} {m.best_prior_score.mean:.3g}")
 PRIOR_LEAKAGE = When("m.best_prior?", "{m.prior_leakage?|interval}")
 # a committed rerun (benchmarks/headline_leakage.py), one row per metric in ``only``
+# the leakage is over the strongest reference only: the stronger of the best prior and the swap control
+STRONGEST = When("m|strongest", "{m|strongest|.name}")
+STRONGEST_LEAKAGE = When("m|strongest", "{m|strongest|.reference_leakage|interval}")
 HEADLINE = (Col("metric", "`{metric}`"), Col("attack [95% CI]", "{m|interval}"), Col("best prior", BEST),
-            Col("leakage vs best prior [95% CI]", "{m.prior_leakage?|interval}"),
-            Col("beyond the prior?", "{m|verdict(n)}"), Col("swap control", "{m.control?|interval}"),
-            Col("leakage vs control", "{m.leakage?|interval}"), Col("episodes", "{n}"))
+            Col("swap control", "{m.control?|interval}"), Col("strongest reference", STRONGEST),
+            Col("leakage vs strongest reference [95% CI]", STRONGEST_LEAKAGE),
+            Col("beyond it?", "{m|verdict(n)}"), Col("episodes", "{n}"))
 RUN_METRICS = Loop("run", "runs", then=Loop("metric, m", "run.metrics", where="metric|among(only)",
                                             let={"n": "run|scored(metric)"}))
 # an evaluation's metric: the best prior (its score read from the references), the swap control
 REFERENCE_BEST = When("m.best_prior?", "{m.best_prior|prior} {m.references[m.best_prior].mean:.3g}")
-CONTROL = (Col("swap control", "{m.control?|interval}"), Col("leakage vs control", "{m.leakage?|interval}"))
 
 
 def headline(*names: str) -> tuple[str, ...]:
@@ -300,8 +302,8 @@ TRACE_PER_TIMESTEP = Table(
              Each("t", "data.*.*.mean|each('len')|max|range(1)", (
                  Col(When("t|eq(1)", "t=1", "{t}"), "{curve.mean[t|minus(1)]?:.2f}"),))))
 
-# per defense: RGB PSNR and action accuracy of the non-adaptive and the adaptive attacker, the best prior and
-# each one's leakage over it, and the paper's claim for that defense family
+# per defense: RGB PSNR and action accuracy of the non-adaptive and the adaptive attacker, the best prior, each
+# one's leakage over its strongest reference (named), and the paper's claim for that defense family
 TRACE_ADAPTIVE_ROWS = Loop("defense", "data.defenses", let={"setting": "data.defense_args[defense]|join(' ')"},
                            then=Loop("who", ("non-adaptive", "adaptive"), where="cell", let={
                                "cell": "data.cells['{defense}/{who}'|fill]?", "psnr": "cell.metrics?.rgb_psnr?",
@@ -309,9 +311,11 @@ TRACE_ADAPTIVE_ROWS = Loop("defense", "data.defenses", let={"setting": "data.def
 TRACE_ADAPTIVE_COLUMNS = (
     Col("defense", "`{setting}`"), Col("attacker", "{who}"), Col("RGB PSNR dB [95% CI]", "{psnr|interval}"),
     Col("best RGB prior", When("psnr.best_prior?", "{psnr.best_prior|prior} {psnr.best_prior_score.mean:.3g}")),
-    Col("RGB leakage vs best prior", When("psnr.best_prior?", "{psnr.prior_leakage?|interval}")),
+    Col("RGB leakage vs strongest reference", When("psnr|strongest", "{psnr|strongest|.reference_leakage|interval} "
+                                                                     "({psnr|strongest|.name})")),
     Col("action accuracy", "{action|interval}"),
-    Col("action leakage vs best prior", When("action.best_prior?", "{action.prior_leakage?|interval}")),
+    Col("action leakage vs strongest reference", When("action|strongest", "{action|strongest|.reference_leakage|interval} "
+                                                                            "({action|strongest|.name})")),
     Col("the paper's claim", When("who|eq('adaptive')", "", "{data.paper_claims[defense]?|default('')}")))
 
 TRACE_SPEED = "benchmarks/results/trace.json"
@@ -335,17 +339,20 @@ TRACE_RUNS = TRACE_ANALYTIC_RUNS + headline("trace_learned_PointNav_ppo_trained"
 TRACE_84_RUNS = headline("trace_PointNav_ppo_84_trained")  # a2c_84 did not learn its task: no TRACE run on it
 
 # the headline TRACE cells trained with other attacker seeds (benchmarks/headline_leakage.py --group seeds):
-# per seed, each metric and its leakage over the best prior (CIs over episodes); then, per metric, the spread
+# per seed, each metric and its leakage over the strongest reference (CIs over episodes); then, per metric, the spread
 # of the seeds' means, which the CIs over episodes do not contain; per held-out window, how far apart the
 # seeds' RGB PSNRs are
 SEED_METRICS = ("action_accuracy", "rgb_psnr", "rgb_ssim@gauss11")
 SEEDS_ROWS = (Loop("run", "runs"), Row(("mean (min-max) over seeds", Each("metric", SEED_METRICS, (
     "{means|mean:.4g} ({means|min:.4g}-{means|max:.4g})", "{leaks|mean:+.3g} ({leaks|min:+.3g} to {leaks|max:+.3g})"),
     let={"means": "runs.*.metrics[metric].mean",
-         "leaks": "runs.*.metrics[metric]|each('oriented', 'prior_leakage')|.*.mean"}), "--", "--")))
+         "leaks": "runs.*.metrics[metric]|each('strongest')|each('oriented', 'reference_leakage')|.*.mean"}),
+    "--", "--")))
 SEEDS_COLUMNS = (Col("attacker seed", "{run.attack_params.seed?|default(0)|int}"), Each("metric", SEED_METRICS, (
     Col("`{metric}` [95% CI]", "{run.metrics[metric]|interval}"),
-    Col("vs best prior [95% CI]", "{run.metrics[metric]|oriented('prior_leakage')|interval('+.3g')}"))),
+    Col("vs strongest reference [95% CI]",
+        "{run.metrics[metric]|strongest|oriented('reference_leakage')|interval('+.3g')} "
+        "({run.metrics[metric]|strongest|.name})"))),
     Col("fit min", "{run.fit_seconds?|per(60):.0f}"), Col("episodes", "{run.n_episodes}"))
 SEEDS_NOTE = ("Per window, the range of `rgb_psnr` over the {runs|len} seeds: {ranges|median:.2f} dB at the "
               "median window, {ranges|max:.2f} dB at the widest ({ranges|len} windows).")
@@ -357,7 +364,7 @@ TRACE_ADAPTIVE_QUICK = "docs/data/trace_adaptive_quick.json"
 # victim and resolution (quick budget, whole official trace-windows split), the per-frame time, and the
 # defended cells of the quick-budget adaptive comparison (non-adaptive and adaptive attacker)
 CLAIM = ("{paper.claims[claim].label}", "{paper.claims[claim].paper}")
-OURS = ("{m|interval}", BEST, PRIOR_LEAKAGE, "{n}")
+OURS = ("{m|interval}", When("m|strongest", "{m|strongest|.name} {m|strongest|.mean:.3g}"), STRONGEST_LEAKAGE, "{n}")
 TRACE_VS_PAPER = Table(
     "docs/trace.md", {"paper": TRACE_PAPER, "speed": TRACE_SPEED, "adaptive": TRACE_ADAPTIVE_QUICK,
                       "runs": TRACE_ANALYTIC_RUNS + TRACE_84_RUNS},
@@ -377,8 +384,8 @@ TRACE_VS_PAPER = Table(
                          then=Loop("metric", ("action_accuracy", "rgb_psnr"),
                                    let={"m": "cell.metrics[metric]?", "n": "cell.n_episodes"},
                                    cells=(*CLAIM, "`{setting}`, {who}, {metric}, ppo trained 64x64, quick", *OURS))))),
-    columns=("claim", "the paper", "ours: setting", "ours [95% CI]", "best prior", "ours - best prior [95% CI]",
-             "episodes"))
+    columns=("claim", "the paper", "ours: setting", "ours [95% CI]", "strongest reference",
+             "ours - strongest reference [95% CI]", "episodes"))
 
 # TRACE's resolution beside ours (benchmarks/headline_leakage.py --group resolution): the headline columns with
 # the camera resolution first, and the attack's time per frame (one thread; the load is in each file). Runs
@@ -431,21 +438,23 @@ PRIORS_COST = Table(
                "{over.first_with_priors_s:.1f} s"), when="over")),
     columns=("what", "cost"))
 
-# per run and metric: the attack, the best prior, leakage over it (the headline), the swap control
+# per run and metric: the attack, the best prior, the swap control, leakage over the stronger (the headline)
 CALIBRATED_ROWS = Loop("run", "runs", then=Loop("metric, m", "run.metrics"))
 CALIBRATED_COLUMNS = (Col("attack", "`{run.attack}`"), Col("metric", "`{metric}`"),
                       Col("attack [95% CI]", "{m|interval}"), Col("best prior", REFERENCE_BEST),
-                      Col("leakage vs best prior [95% CI]", PRIOR_LEAKAGE), *CONTROL)
+                      Col("swap control", "{m.control?|interval}"), Col("strongest reference", STRONGEST),
+                      Col("leakage vs strongest reference [95% CI]", STRONGEST_LEAKAGE))
 
-# one column per reconstructed field, the metric that stands for it: whether each run leaks it beyond the best
-# prior (the verdict's mark and the oriented leakage)
+# one column per reconstructed field, the metric that stands for it: whether each run leaks it beyond the
+# strongest reference (the verdict's mark and the oriented leakage over it)
 LEAK_MARK = When("m|verdict(run|scored(metric))|contains('too few')", "{m|verdict(run|scored(metric))}",
-                 "{m|verdict(run|scored(metric))|rename(marks)} {m|oriented('prior_leakage')|interval('+.3g')}")
+                 "{m|verdict(run|scored(metric))|rename(marks)} "
+                 "{m|strongest|oriented('reference_leakage')|interval('+.3g')}")
 SUMMARY = Each("field, metric", (
     ("actions", "action_accuracy"), ("RGB PSNR", "rgb_psnr"), ("RGB SSIM", "rgb_ssim"), ("depth PSNR", "depth_psnr"),
     ("box IoU (visible)", "bbox_iou@visible"), ("Q target", "q_target_rel_error"), ("return", "return_abs_error"),
     ("trajectory ATE", "ate"), ("path shape (Frechet, aligned)", "frechet_aligned")), (
-    Col("{field} (`{metric}`)", When("m|given", When("m|oriented('prior_leakage')", LEAK_MARK, ""), ""),
+    Col("{field} (`{metric}`)", When("m|given", When("m|strongest", LEAK_MARK, ""), ""),
         optional=True),), let={"m": "run.metrics[metric]?"})
 
 # ------------------------------------------------------------------ headline reruns (benchmarks/headline_leakage.py)
@@ -489,18 +498,18 @@ VICTIM_VALIDATION = tuple(f"envs/checkpoints/{key}/validation.json" for key in (
 
 # ------------------------------------------------------------------ defenses (docs/defenses.md)
 
-# settings as rows; per (victim, attack, metric) column group: the metric, leakage over the best prior [CI]
-# (the prior named) and leakage over the swap control [CI]; a cell not run reads x, one skipped -
+# settings as rows; per (victim, attack, metric) column group: the metric, leakage over the strongest reference
+# [CI] (named) and over the best prior [CI] (named); a cell not run reads x, one skipped -
 GRID_MARK = When("c.status?|eq('skipped')", "-", "x")
 GRID_ROWS = Loop("setting", "data.cells.*.setting|unique")
 GRID_LET = {"c": "data.cells|find('victim', victim, 'attack', attack, 'setting', setting)",
             "ok": "c.status?|eq('ok')", "m": "c.metrics?[metric]?"}
 GRID_GROUP = (
     Col("{label}", When("ok", When("m|given", "{m.mean:.3f}"), GRID_MARK)),
-    Col("{label}: leakage vs best prior", When("ok", When("m|given", When(
-        "m.best_prior?", "{m.prior_leakage?|interval} ({m.best_prior|prior})", "{m.prior_leakage?|interval}")),
-        GRID_MARK)),
-    Col("{label}: vs control", When("ok", When("m|given", "{m.leakage?|interval}"), GRID_MARK)))
+    Col("{label}: leakage vs strongest reference", When("ok", When("m|given", When(
+        "m|strongest", "{m|strongest|.reference_leakage|interval} ({m|strongest|.name})")), GRID_MARK)),
+    Col("{label}: vs best prior", When("ok", When("m|given", When(
+        "m.best_prior?", "{m.prior_leakage?|interval} ({m.best_prior|prior})")), GRID_MARK)))
 
 # one row per setting: val return after fine-tuning (mean ± sd over seeds), its cost against the undefended
 # fine-tuning paired by seed (95% t-interval over seeds; resolved when it excludes 0), and the leakage over the
@@ -543,7 +552,7 @@ DEFENDED_TRAINING = Table(
          "{data.machine.cpus} CPUs; 1-minute load average {data.machine.load_before.0:.2f} before, "
          "{data.machine.load_after.0:.2f} after.")
 
-# one row per defense run: action accuracy, the best prior and the leakage over it, the swap control
+# one row per defense run: action accuracy, the best prior, the swap control, the leakage over the stronger
 DEFENSES_CLOSED_FORM = Table(
     "docs/defenses.md", {"table": "docs/data/defenses_closed_form_PointNav_ppo_init.json"},
     rows=Loop("run", "table", let={"m": "run.metrics.action_accuracy"}),
@@ -552,7 +561,8 @@ DEFENSES_CLOSED_FORM = Table(
                               "`{run.params|join(' ')} (epsilon {run.defense_epsilon:.3g} per step)`",
                               When("run.params", "`{run.params|join(' ')}`", ""))),
              Col("action accuracy [95% CI]", "{m|interval}"), Col("best prior", REFERENCE_BEST),
-             Col("leakage vs best prior", PRIOR_LEAKAGE), *CONTROL))
+             Col("swap control", "{m.control?|interval}"), Col("strongest reference", STRONGEST),
+             Col("leakage vs strongest reference", STRONGEST_LEAKAGE)))
 
 # ------------------------------------------------------------------ continuous actions (docs/continuous-actions.md)
 
@@ -733,9 +743,10 @@ TABLES: dict[str, Table] = {
         rows=RUN_METRICS, columns=HEADLINE_COLUMNS),
     "headline_trace": Table("docs/trace.md", {"runs": TRACE_RUNS}, let={"only": TRACE_METRICS},
                             rows=RUN_METRICS, columns=HEADLINE_COLUMNS),
-    "headline_summary": Table(  # which attack leaks which field beyond the best prior
+    "headline_summary": Table(  # which attack leaks which field beyond the strongest reference
         "docs/priors.md", {"runs": ALL_RUNS},
-        let={"marks": ("**leaks**", "**leaks**", "below prior", "below", "no leak (CI spans 0)", "no", "no prior", "")},
+        let={"marks": ("**leaks**", "**leaks**", "below reference", "below", "no leak (CI spans 0)", "no", "no reference",
+                        "")},
         rows=Loop("run", "runs"), columns=(Col("attack", RUN), Col("task/victim/checkpoint", WHO), SUMMARY)),
     "headline_conditions": Table(  # how each run was made: the reruns' provenance
         "docs/priors.md", {"runs": ALL_RUNS}, rows=Loop("run", "runs"),

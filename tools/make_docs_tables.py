@@ -235,17 +235,40 @@ def oriented(m: dict, key: str) -> dict | None:
 MIN_EPISODES = 5
 
 
+def strongest(m: dict) -> dict | None:
+    """The strongest reference of a metric dict: the stronger, by mean in the metric's direction, of its best
+    prior and its swap control (the control on a tie), as ``{"name", "mean", "reference_leakage",
+    "higher_is_better"}``; None without either. As ``MetricResult.strongest_reference`` decides for results.json,
+    from the fields a committed rerun keeps (the best prior's score under ``references`` or
+    ``best_prior_score``)."""
+    higher = m.get("higher_is_better", True)
+    options = []
+    best = m.get("best_prior")
+    score = ((m.get("references") or {}).get(best) or m.get("best_prior_score")) if best else None
+    if best and isinstance(score, dict) and _real(score.get("mean")) and isinstance(m.get("prior_leakage"), dict):
+        options.append((best.removeprefix("prior:"), score["mean"], m["prior_leakage"]))
+    control = m.get("control")
+    if isinstance(control, dict) and _real(control.get("mean")) and isinstance(m.get("leakage"), dict):
+        options.append(("swap control", control["mean"], m["leakage"]))
+    if not options:
+        return None
+    name, mean, leak = options[0] if len(options) == 1 or (
+        options[0][1] > options[1][1] if higher else options[0][1] < options[1][1]) else options[1]
+    return {"name": name, "mean": mean, "reference_leakage": leak, "higher_is_better": higher}
+
+
 def verdict(m: dict, n: int | None = None) -> str:
-    """Whether the gradient gave more than the best prior: the CI of the oriented leakage excludes 0 (over
-    ``n`` scored episodes, when given)."""
-    leak = oriented(m, "prior_leakage")
-    if leak is None or not all(math.isfinite(v) for v in leak.values()):
-        return "no prior"
+    """Whether the gradient gave more than the strongest reference (the stronger of the best prior and the swap
+    control): the CI of the oriented leakage over it excludes 0 (over ``n`` scored episodes, when given)."""
+    reference = strongest(m)
+    leak = None if reference is None else oriented(reference, "reference_leakage")
+    if leak is None or not all(_real(v) and math.isfinite(v) for v in leak.values()):
+        return "no reference"
     if n is not None and n < MIN_EPISODES:
         return f"too few episodes ({n})"
     if leak["ci_low"] > 0:
         return "**leaks**"
-    return "below prior" if leak["ci_high"] < 0 else "no leak (CI spans 0)"
+    return "below reference" if leak["ci_high"] < 0 else "no leak (CI spans 0)"
 
 
 def scored_episodes(run: dict, metric: str) -> int:
@@ -354,6 +377,7 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "interval": interval,
     "attack_cell": attack_cell,
     "oriented": oriented,
+    "strongest": strongest,
     "verdict": verdict,
     "scored": scored_episodes,
     "run_label": run_label,
