@@ -59,7 +59,7 @@ def test_a_board_names_the_strongest_reference_and_shows_the_public_split_beside
     assert titles[4] == "leakage on fresh layouts vs strongest reference (depth_psnr)"
     assert titles[5] == "strongest reference (fresh layouts)" and titles[6].startswith("frames")
     assert titles[7:10] == ["depth_psnr on fresh layouts", "depth_psnr on the public split (development)",
-                            "public split: leakage vs best prior"]
+                            "public split: leakage vs strongest reference"]
     qgi = next(line for line in section.splitlines() if "qgi" in line)
     cells = [c.strip() for c in qgi.strip("|").split("|")]
     m = load_entry(IMAGES).metrics["depth_psnr"]
@@ -68,7 +68,8 @@ def test_a_board_names_the_strongest_reference_and_shows_the_public_split_beside
     assert cells[5].startswith(reference.replace("_", "\\_") + ":") or cells[5].startswith(reference + ":")
     assert cells[4].startswith(f"{fmt(record.leakage.mean)} [")
     assert cells[8].startswith(f"{fmt(m.mean)} [")
-    assert cells[9].endswith(f"vs {m.best_prior.removeprefix('prior:')}")
+    own = m.strongest_reference.removeprefix("prior:").replace("swap_control", "swap control")
+    assert cells[9].endswith(f"vs {own}") or cells[9].endswith(f"vs {own.replace('_', chr(92) + '_')}")
     assert cells[6].startswith("![qgi depth: ") and "median\\_frame" in cells[6]
     assert cells[6].endswith("](thumbnails/ActivePerception/none/qgi__dqn-init.depth.png)")
 

@@ -93,7 +93,7 @@ def columns(board: Board, shown: Shown) -> list[Column]:
                markup=[_thumbnail(board, e, shown) for e in rows]),
         Column(f"{metric} on fresh layouts", [(_interval(f and f.summary), _key(f and f.summary)) for f in fresh]),
         Column(f"{metric} on the public split (development)", [(_interval(x), _key(x)) for x in m]),
-        Column("public split: leakage vs best prior", [_public_prior(x) for x in m]),
+        Column("public split: leakage vs strongest reference", [_public_reference(x) for x in m]),
     ]
     for other in board.others:
         cols.append(Column(other, [_other(e.metrics.get(other)) for e in rows]))
@@ -134,15 +134,22 @@ def _reference(f: record.FreshMetric | None) -> tuple[str, float]:
     name = f.strongest_reference if f is not None else None
     if name is None:
         return "–", -math.inf
-    short = name.removeprefix("prior:").replace(record.SWAP_CONTROL, "swap control")
+    short = _short(name)
     return f"{short}: {_interval(f.reference_summary)}", short
 
 
-def _public_prior(m: MetricResult | None) -> tuple[str, float]:
-    """The entry's own public-split leakage over its best prior (development numbers, not ranked)."""
-    if m is None or not m.best_prior or m.prior_leakage is None:
+def _public_reference(m: MetricResult | None) -> tuple[str, float]:
+    """The entry's own public-split leakage over its strongest reference, named (development numbers, not
+    ranked): never over a prior weaker than its swap control."""
+    name = m.strongest_reference if m is not None else None
+    leak = m.reference_leakage if m is not None else None
+    if name is None or leak is None:
         return "–", -math.inf
-    return f"{_interval(m.prior_leakage)} vs {m.best_prior.removeprefix('prior:')}", m.prior_leakage.mean
+    return f"{_interval(leak)} vs {_short(name)}", leak.mean
+
+
+def _short(reference: str) -> str:
+    return reference.removeprefix("prior:").replace(record.SWAP_CONTROL, "swap control")
 
 
 def _counts(e: Entry, f: record.FreshMetric | None) -> tuple[str, float]:
@@ -153,7 +160,8 @@ def _counts(e: Entry, f: record.FreshMetric | None) -> tuple[str, float]:
 def _other(m: MetricResult | None) -> tuple[str, float]:
     if m is None:
         return "–", -math.inf
-    extra = f" (vs prior {fmt(m.prior_leakage.mean)})" if m.prior_leakage is not None else ""
+    leak, name = m.reference_leakage, m.strongest_reference
+    extra = f" (vs {_short(name)} {fmt(leak.mean)})" if leak is not None and name is not None else ""
     failed = f" ({m.failed_frames} failed frames)" if m.failed_frames else ""
     return _interval(m) + extra + failed, m.mean
 
@@ -231,7 +239,7 @@ numbers are development numbers, shown beside, never ranked.
   verifier's own run (`verified/`). Above 0 in the metric's better direction (for an error, below 0 is better),
   with a CI that excludes 0: the gradient told the attacker more than it could guess without it.
 - **Public split (development)**: the entry's own score on the 48 public held-out episodes and its leakage over
-  its best prior there. An entry whose public score beats its fresh-layout score beyond noise is refused by
+  its strongest reference there (named). An entry whose public score beats its fresh-layout score beyond noise is refused by
   `verify`.
 - A frame without a finite reconstruction scores the metric's worst value (**failed frames**). Only verified
   entries on the official split are ranked; others follow, unranked (–), with the reason.
