@@ -680,3 +680,25 @@ def test_a_metric_undefined_on_some_episodes_is_null_and_left_out():
     # verify's statistic leaves undefined episodes out on both sides
     assert check_statistic("k", [None, 0.5, 0.5], [float("nan"), 0.5]).ok
     assert check_statistic("k", [0.5, None], [float("nan")]).ok  # undefined on every re-run episode
+
+
+def test_a_rerun_without_a_single_defined_value_of_a_metric_is_not_missing_it():
+    """A box over visible frames is undefined on every episode of a re-run sample without the target in view:
+    the summary has no such metric, but its rows hold it (undefined), so verify checks the entry is undefined
+    on the same episodes instead of calling the metric missing."""
+    from gradleak_bench.leaderboard.verify import _undefined_mismatch, rerun_from
+
+    summary = {"metrics": {"action_accuracy": {"mean": 1.0}}, "checkpoint_id": "T/v/init"}
+    rows = [{"episode_id": f"L00{i}-E00", "layout_id": i, "length": 8, "status": "ok", "error": "",
+             "attack_ms": 1.0, "action_accuracy": 1.0, "bbox_iou@visible": None,
+             "bbox_iou@visible/control": None} for i in range(2)]
+    result = rerun_from(summary, rows, "test")
+    assert result.metrics == {"action_accuracy"} and result.undefined == {"bbox_iou@visible"}
+
+    class Rows:  # the entry's per-episode values, as Entry.episodes holds them
+        ids = ("L000-E00", "L001-E00", "L002-E00")
+        values = {"bbox_iou@visible": (None, None, 0.4)}
+
+    assert _undefined_mismatch("bbox_iou@visible", Rows, result) == []
+    Rows.values = {"bbox_iou@visible": (0.9, None, 0.4)}  # a value claimed where the re-run has none
+    assert "L000-E00" in _undefined_mismatch("bbox_iou@visible", Rows, result)[0]

@@ -152,6 +152,9 @@ class Rerun:
     dataset_identity: str | None
     checkpoint_id: str
     metrics: frozenset[str]
+    # metrics scored on every re-run episode but undefined on all of them (a box over visible frames on
+    # episodes without the target in view): absent from the summary, not missing
+    undefined: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -396,17 +399,23 @@ def rerun_from(summary: dict[str, Any], rows: list[dict[str, Any]], where: str) 
     def column(key: str) -> list[float]:
         return [float(r[key]) if isinstance(r.get(key), (int, float)) else math.nan for r in ok]
 
+    from gradleak_bench.run.scorer import EpisodeRow
+
+    row_fields = {f.name for f in dataclasses.fields(EpisodeRow)}
+    shared = set.intersection(*(set(r) for r in ok)) if ok else set()
+    undefined = {k for k in shared - set(metrics) - row_fields
+                 if "/" not in k and not any(math.isfinite(v) for v in column(k))}
     counts = {name: [r.get(f"{name}/failed_frames") for r in ok] for name in metrics}
     references = {name: {ref: column(f"{name}/{ref}") for ref in (m.get("references") or {})}
                   for name, m in metrics.items() if isinstance(m, dict)}
     return Rerun(
         ids=tuple(str(r.get("episode_id")) for r in ok),
-        values={name: column(name) for name in metrics},
+        values={name: column(name) for name in [*metrics, *undefined]},
         controls={name: column(f"{name}/control") for name in metrics},
         references=references, failures=failures,
         failed_frames={k: v for k, v in counts.items() if all(isinstance(c, int) for c in v)},
         dataset_identity=summary.get("dataset_identity"), checkpoint_id=str(summary.get("checkpoint_id")),
-        metrics=frozenset(metrics),
+        metrics=frozenset(metrics), undefined=frozenset(undefined),
     )
 
 
@@ -425,7 +434,9 @@ def compare(entry: Entry, result: Rerun, fresh: Rerun | None = None) -> Verifica
     problems += [f"metric {n}: the attack reports it but the entry omits it"
                  for n in sorted(result.metrics - set(entry.metrics))]
     problems += [f"metric {n}: in the entry, but the re-run of the attack does not produce it"
-                 for n in sorted(set(entry.metrics) - result.metrics)]
+                 for n in sorted(set(entry.metrics) - result.metrics - result.undefined)]
+    for name in sorted(set(entry.metrics) & result.undefined):  # no value on these episodes: the entry's too
+        problems += _undefined_mismatch(name, entry.episodes, result)
     rows, found = entry.episodes, []
     for name in sorted(set(entry.metrics) & result.metrics):
         m = entry.metrics[name]
