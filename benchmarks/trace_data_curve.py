@@ -459,12 +459,14 @@ def render(path: Path, plot: Path) -> None:
     ax.plot([paper["sequences"]], [paper["psnr_db"]], "k*", ms=12,
             label=f"paper {paper['psnr_db']} dB ({paper['sequences']:,} sequences)")
     ax.axvline(paper["preset_sequences"], color="k", lw=0.5, ls=":")
-    ax.set_xscale("log")
-    ax.set_xlabel("auxiliary sequences (8 steps each)")
+    sizes = sorted({p["sequences"] for p in record["points"].values()})
+    for axis, ticks in ((ax, [*sizes, paper["sequences"]]), (ax2, sizes)):
+        axis.set_xscale("log")
+        axis.set_xticks(ticks, [f"{t:,}" for t in ticks])
+        axis.minorticks_off()
+        axis.set_xlabel("auxiliary sequences (8 steps each)")
     ax.set_ylabel("val RGB PSNR, autoregressive (dB)")
     ax.legend(fontsize=7)
-    ax2.set_xscale("log")
-    ax2.set_xlabel("auxiliary sequences (8 steps each)")
     ax2.set_ylabel("val action accuracy")
     points = record["points"].values()
     per = next(iter(points))
