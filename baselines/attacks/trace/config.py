@@ -64,6 +64,9 @@ class TraceConfig:
     # random brightness scale in [1 - a, 1 + a] on the previous-image tokens
     aug_noise: float = 0.0
     aug_brightness: float = 0.0
+    # the learning rate's linear warm-up, in optimiser steps; 0: one epoch. A data-size curve at fixed compute
+    # (benchmarks/trace_data_curve.py) sets it, so that every data size follows the same schedule per step
+    warmup_steps: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -74,7 +77,7 @@ class TraceConfig:
 
 
 _LATER_FIELDS = {"action_loss": "mse", "encoder": "analytic", "adaptive": False, "rollout_weight": 0.0,
-                 "aug_noise": 0.0, "aug_brightness": 0.0}
+                 "aug_noise": 0.0, "aug_brightness": 0.0, "warmup_steps": 0}
 ENCODERS = ("analytic", "learned")
 
 

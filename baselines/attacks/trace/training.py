@@ -107,6 +107,14 @@ def sampling_probability(config: Any, epoch: int) -> float:
     return c.ss_max * min(1.0, (epoch + 1 - c.tf_fraction * c.epochs) / max(1.0, (1 - c.tf_fraction) * c.epochs / 2))
 
 
+def learning_rate(config: Any, step: int, per_epoch: int, total_steps: int) -> float:
+    """The learning rate at (0-based) global ``step``: a linear warm-up over ``warmup_steps`` steps (0: one
+    epoch of ``per_epoch`` steps), then cosine decay to 0 at ``total_steps``; a function of the step alone, so
+    a resumed training continues the same schedule."""
+    warmup = config.warmup_steps or per_epoch
+    return config.lr * min(1.0, (step + 1) / max(1, warmup)) * \
+        0.5 * (1 + math.cos(math.pi * step / max(1, total_steps)))
+
 def _epoch(model: TraceNet, opt: torch.optim.Optimizer, data: TraceData, val: TraceData, epoch: int,
            per_epoch: int, total_steps: int, device: torch.device, bar: Any) -> dict[str, Any]:
     c = model.cfg
@@ -120,9 +128,8 @@ def _epoch(model: TraceNet, opt: torch.optim.Optimizer, data: TraceData, val: Tr
     model.train()
     for b in range(per_epoch):
         step = epoch * per_epoch + b
-        for group in opt.param_groups:  # warm-up then cosine decay, a function of the global step
-            group["lr"] = c.lr * min(1.0, (step + 1) / max(1, per_epoch)) * \
-                0.5 * (1 + math.cos(math.pi * step / max(1, total_steps)))
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(c, step, per_epoch, total_steps)
         ids = order[b * c.batch_size: (b + 1) * c.batch_size]
         loss, parts = loss_of(model, data, ids, p_sample, gen, device)
         opt.zero_grad(set_to_none=True)
