@@ -333,6 +333,28 @@ TRACE_SPEED_TABLE = Table(
              Col("training, scheduled sampling",
                  "{train.scheduled_sampling_sequences_per_s_1_thread:.1f} sequences/s")))
 
+# TRACE's data-size run (benchmarks/trace_data_curve.py): per encoder and sequence count, the last epoch's val
+# PSNR and action accuracy against the best prior on the same frames, the CPU and wall time of its calls; then
+# per encoder the log-linear fit evaluated at the paper's data sizes (an extrapolation)
+TRACE_DATA_CURVE = Table(
+    "docs/trace.md", {"data": "docs/data/trace_data_curve.json"}, let={"encoders": ("learned", "analytic")},
+    rows=(Loop("key, p", "data.points", order=("p.encoder|rank(encoders)", "p.sequences"),
+               let={"last": "p.history|last"},
+               cells=("{p.encoder}", "{p.sequences}", "{p.epochs_done} of {p.epochs_planned}",
+                      "{last.val_psnr_autoregressive:.2f}",
+                      "{last.val_psnr_autoregressive|minus(data.prior.best_psnr_db):+.2f}",
+                      "{last.val_action_accuracy:.3f}", "{p.calls.*.cpu_seconds|sum:.0f}",
+                      "{p.calls.*.wall_seconds|sum:.0f}")),
+          Loop("encoder, fit", "data.extrapolation", where="encoder|among(encoders)",
+               order=("encoder|rank(encoders)",),
+               cells=("{encoder}, extrapolated", "12,000 / 13,500", "--",
+                      "{fit.at_preset_sequences_db:.2f} / {fit.at_paper_sequences_db:.2f}",
+                      "{fit.at_paper_sequences_db|minus(data.prior.best_psnr_db):+.2f} "
+                      "({fit.db_per_decade:+.3f} dB per decade)", "--", "--", "--"))),
+    columns=("encoder", "sequences", "epochs", "val RGB PSNR, last epoch (dB)",
+             "- best prior ({data.prior.best|prior} {data.prior.best_psnr_db:.2f} dB)", "val action accuracy",
+             "CPU s", "wall s"))
+
 TRACE_METRICS = ("action_accuracy", "rgb_psnr", "rgb_ssim", "rgb_psnr_y", "rgb_ssim@gauss11", "rgb_ms_ssim")
 TRACE_ANALYTIC_RUNS = headline("trace_PointNav_ppo_trained", "trace_PointNav_a2c_trained")  # default encoder
 TRACE_RUNS = TRACE_ANALYTIC_RUNS + headline("trace_learned_PointNav_ppo_trained")
@@ -673,6 +695,7 @@ TABLES: dict[str, Table] = {
     "tsp_results": TSP_RESULTS,
     "trace_speed": TRACE_SPEED_TABLE,
     "trace_per_timestep": TRACE_PER_TIMESTEP,
+    "trace_data_curve": TRACE_DATA_CURVE,
     "trace_adaptive": Table("docs/trace.md", {"data": "docs/data/trace_adaptive.json"},
                             rows=TRACE_ADAPTIVE_ROWS, columns=TRACE_ADAPTIVE_COLUMNS),
     "trace_adaptive_quick": Table("docs/trace.md", {"data": TRACE_ADAPTIVE_QUICK},

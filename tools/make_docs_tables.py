@@ -361,6 +361,7 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "min": min,
     "max": max,
     "mean": _mean,
+    "sum": lambda v: sum(x for x in v if _real(x)),
     "median": statistics.median,
     "unique": lambda v: list(dict.fromkeys(v)),
     "flat": lambda v: [x for part in v for x in part],
