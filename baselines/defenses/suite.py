@@ -1,7 +1,7 @@
 """The defense suite: clipping, DP-SGD, quantisation, temporal aggregation, shuffling, layer withholding and
 two sequence-aware defenses (correlated noise, randomised release timing).
 
-Every defense keeps the runner's contract (:func:`gradleak_bench.runner.check_released`): the released
+Every defense keeps the runner's contract (:func:`gradleak_bench.run.pipeline.check_released`): the released
 stream has every parameter name of the input with shape ``(T, *param_shape)``; what a defense withholds is
 zeroed, never dropped. ``release`` never modifies its input and draws randomness only from ``rng``.
 Constructor parameters are checked before any work: a bad value raises :class:`DefenseParameterError`
