@@ -12,6 +12,8 @@ Example:
     >>> obs.shape, sorted(info)[:2]
     ((64, 64, 3), ['backend', 'camera_pitch'])
 """
-from gradleak_bench import envs as _envs  # noqa: F401  registers the gymnasium ids
+from gradleak_bench.tasks import register_envs
+
+register_envs()
 
 __version__ = "0.1.0"
