@@ -4,6 +4,7 @@ one module per task (:mod:`.pointnav`, :mod:`.active_perception`), their backend
 (:mod:`.common`), and one folder per simulator (:mod:`.pybullet`, :mod:`.ai2thor`, :mod:`.habitat`; each
 imported only when an env is made on it). Importing ``gradleak_bench`` registers every task's gymnasium id.
 
-May import: ``errors``, ``registry``, ``splits`` and, above :mod:`.backend`, ``tasks``. :mod:`.backend` stands below ``tasks`` (whose ``TaskSpec.layouts`` reads a
-backend's layout facts) and imports nothing of the package but ``errors`` and ``registry``.
+May import ``errors``, ``registry``, ``splits`` and ``tasks``; but :mod:`.backend` stands below ``tasks``
+(whose ``TaskSpec.layouts`` reads a backend's layout facts) and imports nothing but ``errors`` and
+``registry``.
 """
