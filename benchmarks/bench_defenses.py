@@ -1,7 +1,7 @@
 """What the defenses cost in time: the overhead of each release per step, and train-defense throughput
 against plain SB3 training.
 
-1. **Release overhead.** Each of the grid's standard settings (:data:`gradleak_bench.grid.STANDARD_SETTINGS`)
+1. **Release overhead.** Each of the grid's standard settings (:data:`gradleak_bench.run.grid.STANDARD_SETTINGS`)
    releases the exact 8-step stream of a held-out PointNav episode of the NatureCNN PPO victim (604k
    parameters per step); the median time of ``release`` divided by 8 is the overhead per released step,
    beside the time to compute the exact per-sample gradients themselves.
@@ -31,7 +31,7 @@ import torch
 
 from gradleak_bench import dataset as datasets
 from gradleak_bench import plugins
-from gradleak_bench.grid import STANDARD_SETTINGS
+from gradleak_bench.run.grid import STANDARD_SETTINGS
 from gradleak_bench.stream.replay import EpisodeGradients
 from gradleak_bench.victims import load_victim
 from gradleak_bench.victims.defended import DefendedUpdates

@@ -44,7 +44,8 @@ class GridCell:
         self.root = root
 
     def __call__(self, cell: tuple) -> dict:
-        from gradleak_bench.runner import EvaluateConfig, evaluate
+        from gradleak_bench.run.config import EvaluateConfig
+        from gradleak_bench.run.evaluation import evaluate
 
         victim, defense, params = cell
         result = evaluate(EvaluateConfig(attack="closed_form", victim=victim, defense=defense, defense_params=params,
@@ -55,7 +56,7 @@ class GridCell:
 
 def run_grid(executor: str, cpus: int) -> dict:
     from gradleak_bench import dataset as datasets
-    from gradleak_bench.executors import get_executor
+    from gradleak_bench.run.executors import get_executor
 
     for victim in ("ppo_compact", "a2c"):  # warm the dataset cache (shared by every setting)
         datasets.load_or_generate(datasets.standard_config("PointNav", victim), progress=False)
@@ -75,7 +76,7 @@ def run_grid(executor: str, cpus: int) -> dict:
 
 
 def run_overhead() -> dict:
-    from gradleak_bench.executors import get_executor
+    from gradleak_bench.run.executors import get_executor
 
     ex = get_executor("ray", num_cpus=2)
     list(ex.map(abs, range(20)))  # warm
@@ -118,7 +119,8 @@ def make_data(factor: int) -> dict:
 def run_rss(factor: int) -> dict:
     """evaluate closed_form on the default split with ``factor`` x its episodes; this process's peak RSS."""
     from gradleak_bench import dataset as datasets
-    from gradleak_bench.runner import EvaluateConfig, evaluate
+    from gradleak_bench.run.config import EvaluateConfig
+    from gradleak_bench.run.evaluation import evaluate
 
     if factor > 1:
         orig = datasets.standard_config

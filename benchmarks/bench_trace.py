@@ -27,9 +27,9 @@ import torch
 from gradleak_bench import dataset as datasets
 from gradleak_bench.baselines.attacks import trace as tr
 from gradleak_bench.records import ObservedEpisode
-from gradleak_bench.runner import select_episodes, victim_info
+from gradleak_bench.run.evaluation import select_episodes
 from gradleak_bench.stream.replay import EpisodeGradients
-from gradleak_bench.victims.checkpoint import load_victim
+from gradleak_bench.victims.checkpoint import load_victim, victim_info
 from gradleak_bench.victims.policies import env_spaces
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -86,9 +86,9 @@ class Frames:
     def __init__(self, victim: str, n: int, task: str = TASK):
         from gradleak_bench import dataset as datasets
         from gradleak_bench.priors import references_for
-        from gradleak_bench.runner import select_episodes, victim_info
+        from gradleak_bench.run.evaluation import select_episodes
         from gradleak_bench.stream.replay import EpisodeGradients
-        from gradleak_bench.victims.checkpoint import load_victim
+        from gradleak_bench.victims.checkpoint import load_victim, victim_info
         from gradleak_bench.victims.policies import env_spaces
 
         loaded = load_victim(task, victim, CHECKPOINT)
@@ -123,7 +123,7 @@ def one_step(episode, t: int):
 
 
 def score_frame(metrics: list, fields: dict, i: int, truth) -> dict[str, float]:
-    from gradleak_bench.run.scorer import score
+    from gradleak_bench.metrics.scoring import score
 
     values, _ = score(metrics, {k: np.asarray(v)[i:i + 1] for k, v in fields.items()}, truth)
     return values

@@ -28,11 +28,10 @@ from gradleak_bench.baselines.attacks.closed_form import ClosedFormAction, logit
 from gradleak_bench.dataset import episode_seed, generate_episode
 from gradleak_bench.errors import GradleakError
 from gradleak_bench.records import ObservedEpisode
-from gradleak_bench.runner import victim_info
 from gradleak_bench.stream.replay import EpisodeGradients, env_observations
 from gradleak_bench.tasks import get_task
 from gradleak_bench.victims import load_victim
-from gradleak_bench.victims.checkpoint import LoadedVictim
+from gradleak_bench.victims.checkpoint import LoadedVictim, victim_info
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -35,7 +35,7 @@ from gradleak_bench import splits
 from gradleak_bench.baselines.attacks.closed_form_gaussian import ClosedFormGaussian
 from gradleak_bench.baselines.defenses.basic import GaussianNoise, NoDefense, TopK
 from gradleak_bench.records import ObservedEpisode, VictimInfo
-from gradleak_bench.stream.continuous import ContinuousEpisodeGradients
+from gradleak_bench.stream.replay import EpisodeGradients
 from gradleak_bench.victims.checkpoint import find_checkpoint, load_victim
 from gradleak_bench.victims.continuous_rollout import rollout
 from gradleak_bench.victims.zoo import get_victim
@@ -46,7 +46,7 @@ DEFENSES = {"none": NoDefense(), "gaussian_noise sigma=1e-4": GaussianNoise(1e-4
 
 
 def episodes(victim, env, seeds: int, steps: int):
-    gradients = ContinuousEpisodeGradients(victim.policy, victim.spec.loss, env.observation_space)
+    gradients = EpisodeGradients(victim.policy, victim.spec.loss, env.observation_space)
     out, grad_time, n = [], 0.0, 0
     for layout in splits.layouts("test"):
         for seed in range(seeds):

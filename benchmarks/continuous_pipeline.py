@@ -1,7 +1,7 @@
 """Continuous actions through the sealed runner: `closed_form_gaussian` and TRACE's continuous head on the
 official PointNavContinuous test split, each against the best gradient-free prior (docs/continuous-actions.md).
 
-Units (each one `gradleak_bench.runner.evaluate` run, exactly what `gradleak-bench evaluate` does):
+Units (each one `gradleak_bench.run.evaluate` run, exactly what `gradleak-bench evaluate` does):
 
 * `closed_form_gaussian` on `ppo_gaussian/init`, `ppo_gaussian/trained`, `sac/init`, behind `none`,
   `gaussian_noise` (sigma 1e-3) and `topk` (keep 0.1);
@@ -82,9 +82,9 @@ def worst_episode(run_dir: Path) -> float | None:
 def trace_report(unit: dict[str, Any]) -> dict[str, Any]:
     """The cached TRACE attacker's training report (per-epoch losses, val action MAE and PSNR, seconds)."""
     from gradleak_bench.baselines.attacks import trace as tr
-    from gradleak_bench.runner import make_gradients, victim_info
     from gradleak_bench.run.config import EvaluateConfig
-    from gradleak_bench.victims.checkpoint import load_victim
+    from gradleak_bench.run.setup import make_gradients
+    from gradleak_bench.victims.checkpoint import load_victim, victim_info
 
     victim = load_victim(TASK, unit["victim"], unit["checkpoint"])
     info = victim_info(victim, make_gradients(EvaluateConfig("trace", TASK, unit["victim"]), victim))
@@ -106,7 +106,8 @@ def main() -> None:
     parser.add_argument("--only", choices=("closed_form", "trace"))
     args = parser.parse_args()
     from gradleak_bench.paths import cache_dir
-    from gradleak_bench.runner import EvaluateConfig, evaluate
+    from gradleak_bench.run.config import EvaluateConfig
+    from gradleak_bench.run.evaluation import evaluate
 
     torch.set_num_threads(1)
     data = json.loads(OUT.read_text()) if OUT.is_file() else {"units": {}}

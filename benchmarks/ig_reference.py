@@ -223,7 +223,7 @@ def main() -> int:
     from gradleak_bench.inversion import init_unit
     from gradleak_bench.metrics.registry import get_metric
     from gradleak_bench.records import GradientStream, ObservedEpisode
-    from gradleak_bench.run.scorer import score
+    from gradleak_bench.metrics.scoring import score
     from gradleak_bench.victims.checkpoint import load_victim
 
     attacks = load_breaching_attacks()

@@ -27,9 +27,9 @@ from gradleak_bench.baselines.attacks import trace as tr
 from gradleak_bench.baselines.attacks.trace.config import PRESETS, defense_identity
 from gradleak_bench.baselines.attacks.trace.training import CURVE
 from gradleak_bench.errors import GradleakError
-from gradleak_bench.runner import AuxiliaryData, victim_info
+from gradleak_bench.run.auxiliary import AuxiliaryData
 from gradleak_bench.stream.replay import EpisodeGradients
-from gradleak_bench.victims.checkpoint import load_victim
+from gradleak_bench.victims.checkpoint import load_victim, victim_info
 from gradleak_bench.victims.policies import env_spaces
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,9 +21,10 @@ from gradleak_bench import dataset as datasets
 from gradleak_bench import plugins
 from gradleak_bench.metrics.images import rgb_psnr
 from gradleak_bench.records import ObservedEpisode
-from gradleak_bench.runner import AuxiliaryData, select_episodes, victim_info
+from gradleak_bench.run.auxiliary import AuxiliaryData
+from gradleak_bench.run.evaluation import select_episodes
 from gradleak_bench.stream.replay import EpisodeGradients
-from gradleak_bench.victims.checkpoint import load_victim
+from gradleak_bench.victims.checkpoint import load_victim, victim_info
 from gradleak_bench.victims.policies import env_spaces
 
 DOCS = Path(__file__).resolve().parent

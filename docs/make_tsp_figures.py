@@ -48,9 +48,10 @@ def main() -> None:
     from gradleak_bench.envs.pybullet.apartment import generate_apartment
     from gradleak_bench.metrics.trajectory import align_se2
     from gradleak_bench.records import ObservedEpisode
-    from gradleak_bench.runner import AuxiliaryData, select_episodes, victim_info
+    from gradleak_bench.run.auxiliary import AuxiliaryData
+    from gradleak_bench.run.evaluation import select_episodes
     from gradleak_bench.stream.replay import EpisodeGradients
-    from gradleak_bench.victims.checkpoint import load_victim
+    from gradleak_bench.victims.checkpoint import load_victim, victim_info
     from gradleak_bench.victims.policies import env_spaces
 
     victim = load_victim("PointNav", "ppo", "init")

@@ -1,16 +1,10 @@
-"""Environments of gradleak-bench. Importing this package registers the gymnasium id of every task in
-:mod:`gradleak_bench.tasks` (lazily: PyBullet, AI2-THOR and Habitat are imported only when an env is made
-on them)."""
-from __future__ import annotations
+"""Environments of gradleak-bench (installed as ``gradleak_bench.envs``): the backend protocol and registry
+(:mod:`.backend`), the env class every task builds on and the ``gymnasium.make`` factory (:mod:`.task_env`),
+one module per task (:mod:`.pointnav`, :mod:`.active_perception`), their backend-independent helpers
+(:mod:`.common`), and one folder per simulator (:mod:`.pybullet`, :mod:`.ai2thor`, :mod:`.habitat`; each
+imported only when an env is made on it). Importing ``gradleak_bench`` registers every task's gymnasium id.
 
-
-def register_envs() -> None:
-    """Register every task with gymnasium (generated from its TaskSpec); safe to call any number of times."""
-    from gradleak_bench.tasks import TASKS, load_entry_points, register_gym
-
-    for spec in tuple(TASKS.values()):
-        register_gym(spec)
-    load_entry_points(strict=False)  # plug-in tasks (entry-point group gradleak_bench.tasks) register themselves
-
-
-register_envs()
+May import ``errors``, ``registry``, ``splits`` and ``tasks``; but :mod:`.backend` stands below ``tasks``
+(whose ``TaskSpec.layouts`` reads a backend's layout facts) and imports nothing but ``errors`` and
+``registry``.
+"""

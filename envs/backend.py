@@ -1,4 +1,5 @@
-"""The simulator adapter protocol, the backend registry, and the factory behind ``gymnasium.make(id, backend=...)``.
+"""The simulator adapter protocol and the backend registry (the factory behind ``gymnasium.make(id, backend=...)``
+is :func:`gradleak_bench.envs.task_env.make_env`).
 
 A task (PointNav, ActivePerception, ...) is one env class (:mod:`gradleak_bench.envs.task_env` and its
 subclasses) that runs on every backend: its spaces, actions, rewards, episode sampling and ``info`` do not
@@ -285,35 +286,6 @@ def backend_class(name: str) -> type:
         module, cls = BACKENDS[name].split(":")
         _ADAPTERS[name] = getattr(importlib.import_module(module), cls)
     return _ADAPTERS[name]
-
-
-def make_env(task: str, backend: str = "pybullet", **kwargs: Any):
-    """The env of ``task`` on ``backend``: the entry point of every task's gymnasium id
-    (``gymnasium.make("gradleak/PointNav-v0", backend="ai2thor", ...)``).
-
-    The task's env class (its :class:`~gradleak_bench.tasks.TaskSpec` ``env``) is the same on every backend,
-    so spaces, rewards and ``info`` keys do not depend on the simulator.
-
-    Raises:
-        UnknownNameError: For an unknown task or backend.
-        ValueError: For a backend the task does not run on.
-    """
-    from gradleak_bench.tasks import get_task
-
-    spec = get_task(task)
-    backend_class(backend)  # an unknown backend is named before anything starts
-    if spec.backends is not None and backend not in spec.backends:
-        raise ValueError(f"{spec.gym_id} runs on the {', '.join(spec.backends)} backend only, not {backend!r}.")
-    return env_class(spec)(spec=spec, backend=backend, **kwargs)
-
-
-def env_class(spec: Any) -> type:
-    """The env class a :class:`~gradleak_bench.tasks.TaskSpec` names (package or installed plug-in code)."""
-    module, cls = spec.env.split(":")
-    return getattr(importlib.import_module(module), cls)
-
-
-make_env.metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
 
 def as_int_layout(value: Any) -> Any:

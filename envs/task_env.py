@@ -1,5 +1,6 @@
 """The env class every task builds on: a :class:`~gradleak_bench.tasks.TaskSpec` (actions and their motion,
-camera, episode limit) executed on one :class:`~gradleak_bench.envs.backend.Backend`.
+camera, episode limit) executed on one :class:`~gradleak_bench.envs.backend.Backend`; and :func:`make_env`,
+the factory behind ``gymnasium.make(id, backend=...)``.
 
 A task subclass implements the hooks (``_reset_task``, ``_reward``, ``_observation``, ``_task_info``) once;
 the same class runs on PyBullet, AI2-THOR, Habitat or a plug-in backend. Every random choice of an episode
@@ -8,6 +9,7 @@ order that does not depend on the backend, so a layout id and a seed fix an epis
 """
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Any
 
@@ -17,7 +19,7 @@ from gymnasium import spaces
 
 from gradleak_bench.envs.backend import View, as_int_layout, backend_class
 from gradleak_bench.errors import InvalidLayoutError, SimulatorUnavailableError
-from gradleak_bench.tasks import TaskSpec
+from gradleak_bench.tasks import TaskSpec, get_task
 
 STEP_PENALTY = 0.01
 PLACE_TRIES = 20
@@ -29,7 +31,7 @@ class TaskEnv(gym.Env):
     """A task on a backend.
 
     Args:
-        spec: The task (``gymnasium.make`` passes it through :func:`~gradleak_bench.envs.backend.make_env`).
+        spec: The task (``gymnasium.make`` passes it through :func:`make_env`).
         backend: A registered backend name (``pybullet``, the default, ``ai2thor``, ``habitat``).
         layouts: What the backend accepts: PyBullet a split name or layout ids; AI2-THOR a split name of the
             iTHOR manifest or FloorPlan numbers / names; Habitat scene file paths or a folder.
@@ -208,3 +210,30 @@ class TaskEnv(gym.Env):
 
     def _task_info(self) -> dict[str, Any]:
         return {}
+
+
+def make_env(task: str, backend: str = "pybullet", **kwargs: Any):
+    """The env of ``task`` on ``backend``: the entry point of every task's gymnasium id
+    (``gymnasium.make("gradleak/PointNav-v0", backend="ai2thor", ...)``).
+
+    The task's env class (its :class:`~gradleak_bench.tasks.TaskSpec` ``env``) is the same on every backend,
+    so spaces, rewards and ``info`` keys do not depend on the simulator.
+
+    Raises:
+        UnknownNameError: For an unknown task or backend.
+        ValueError: For a backend the task does not run on.
+    """
+    spec = get_task(task)
+    backend_class(backend)  # an unknown backend is named before anything starts
+    if spec.backends is not None and backend not in spec.backends:
+        raise ValueError(f"{spec.gym_id} runs on the {', '.join(spec.backends)} backend only, not {backend!r}.")
+    return env_class(spec)(spec=spec, backend=backend, **kwargs)
+
+
+def env_class(spec: TaskSpec) -> type:
+    """The env class a :class:`~gradleak_bench.tasks.TaskSpec` names (package or installed plug-in code)."""
+    module, cls = spec.env.split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+make_env.metadata = {"render_modes": ["rgb_array"], "render_fps": 10}

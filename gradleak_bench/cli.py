@@ -138,7 +138,7 @@ def generate(
 
     from gradleak_bench import dataset as datasets
 
-    from gradleak_bench.executors import get_executor
+    from gradleak_bench.run.executors import get_executor
 
     config = datasets.standard_config(task, victim, checkpoint, split, episodes, seed, protocol)
     with get_executor(executor, ray_address) as ex:

@@ -272,7 +272,7 @@ def generate(config: DatasetConfig, progress: bool = True, limit: int | None = N
 def iter_generate(config: DatasetConfig, progress: bool = True, limit: int | None = None,
                   executor: Any = None, replay: bool = True) -> Iterator[Episode]:
     """The episodes of ``config`` in canonical order, generated one layout per unit on ``executor`` (an
-    :mod:`gradleak_bench.executors` executor; default: in this process) and yielded as they are ready.
+    :mod:`gradleak_bench.run.executors` executor; default: in this process) and yielded as they are ready.
 
     An official split replays its recorded actions; ``replay=False`` samples them from the policy instead
     (what the maintainer does once to record a split: tools/publish_zoo.py)."""

@@ -44,7 +44,8 @@ class Attack(Protocol):
         ``supports(victim) -> str | None``: a reason why the attack does not apply to this victim (the run
         then stops with that message, or a grid skips the cell), or None.
         ``fit(victim, auxiliary) -> None``: learn from auxiliary episodes the attacker collects itself on the
-        *train* layouts (:class:`AuxiliaryData`, with its own victim copy and gradient engine).
+        *train* layouts (:class:`~gradleak_bench.run.auxiliary.AuxiliaryData`, with its own victim copy and
+        gradient engine).
 
     Every attack and defense runs sealed, in its own process (docs/evaluate.md): it gets only these
     arguments, answers with plain numeric arrays, and cannot reach the truth or the scorer.
@@ -84,10 +85,6 @@ KINDS = ("attack", "defense")
 
 
 def __getattr__(name: str) -> Any:
-    if name == "AuxiliaryData":  # part of the plug-in API; imported on use (it loads torch)
-        from gradleak_bench.run.auxiliary import AuxiliaryData
-
-        return AuxiliaryData
     if name in ("ATTACKS", "DEFENSES"):  # the built-ins by name (read by leaderboard bindings)
         return registry.builtin("attack" if name == "ATTACKS" else "defense")
     raise AttributeError(name)

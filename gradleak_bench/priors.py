@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from gradleak_bench.errors import CorruptFileError, GradleakError
+from gradleak_bench.metrics import scoring
 from gradleak_bench.metrics.images import DEPTH_RANGE_M
 from gradleak_bench.records import IMAGE_FIELDS, Episode, Reconstruction
 
@@ -64,7 +65,7 @@ PRIORS_VERSION = 1
 
 TRAIN_DATASET_SEED = 1
 """Dataset seed of the train-layout episodes the priors are fitted on: the attacker's auxiliary draw
-(:class:`gradleak_bench.runner.AuxiliaryData` defaults), so priors and attacks know the same episodes."""
+(:class:`gradleak_bench.run.auxiliary.AuxiliaryData` defaults), so priors and attacks know the same episodes."""
 
 MAX_FIT_STEPS = 4096
 """At most this many train steps are fitted: every train layout at the standard 8 steps (768), about 20
@@ -468,14 +469,12 @@ class PriorReference:
 
     def score(self, metrics: list, truth: Episode) -> dict[str, float]:
         """This prior's value of each of ``metrics`` on ``truth`` (the scorer's own rules), cached per episode."""
-        from gradleak_bench.run.scorer import score
-
         wanted = [m for m in metrics if m.field in self.fields and m.field in truth.steps]
         cached = _read_scores(self._path(truth.episode_id))
         mine = cached.setdefault(self.name, {})
         missing = [m for m in wanted if m.name not in mine]
         if missing:
-            values, _ = score(missing, self.reconstruct(truth.length), truth)
+            values, _ = scoring.score(missing, self.reconstruct(truth.length), truth)
             mine.update(values)
             if self.score_cache is not None:
                 _write_scores(self._path(truth.episode_id), cached)

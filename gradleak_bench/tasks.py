@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from gradleak_bench.envs.backend import backend_class
 from gradleak_bench.errors import PluginLoadError, UnknownNameError
 
 ENTRY_POINT_GROUP = "gradleak_bench.tasks"
@@ -182,8 +183,6 @@ class TaskSpec:
         """
         if split.startswith("test"):
             raise ValueError("layout facts are public for train and val layouts only; the held-out ones are private.")
-        from gradleak_bench.envs.backend import backend_class
-
         cls = backend_class(backend)
         return tuple(cls.layout_facts(layout) for layout in cls.resolve_layouts(split))
 
@@ -300,12 +299,20 @@ def _load_spec(ep: Any) -> TaskSpec:
     return spec
 
 
+def register_envs() -> None:
+    """Register every task with gymnasium, plug-in tasks included; safe to call any number of times
+    (``import gradleak_bench`` calls it)."""
+    for spec in tuple(TASKS.values()):
+        register_gym(spec)
+    load_entry_points(strict=False)  # plug-in tasks (entry-point group gradleak_bench.tasks) register themselves
+
+
 def register_gym(spec: TaskSpec) -> None:
     """The gymnasium registration of a task (safe to repeat): ``gymnasium.make(spec.gym_id, backend=...)``."""
     import gymnasium
 
     if spec.gym_id not in gymnasium.registry:
-        gymnasium.register(id=spec.gym_id, entry_point="gradleak_bench.envs.backend:make_env",
+        gymnasium.register(id=spec.gym_id, entry_point="gradleak_bench.envs.task_env:make_env",
                            max_episode_steps=spec.max_episode_steps, kwargs={"task": spec.name})
 
 

@@ -290,7 +290,7 @@ def test_a_backend_name_cannot_be_taken_twice(flatworld):
 def test_an_unknown_task_is_an_error_everywhere():
     with pytest.raises(UnknownNameError, match="PointNav"):
         get_task("PointNavv")
-    from gradleak_bench.envs.backend import make_env
+    from gradleak_bench.envs.task_env import make_env
 
     with pytest.raises(UnknownNameError, match="task"):
         make_env("Fetch")  # the old factory mapped any other task to ActivePerception

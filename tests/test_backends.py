@@ -317,7 +317,7 @@ def test_stream_on_ai2thor_equals_replay(task, victim, layout):
     # ... and an attack runs on it through the runner's public victim info, unchanged
     from gradleak_bench.baselines.attacks.closed_form import ClosedFormAction
     from gradleak_bench.records import ObservedEpisode
-    from gradleak_bench.runner import victim_info
+    from gradleak_bench.victims.checkpoint import victim_info
 
     fresh = load_victim(task, victim, "init")  # as the runner does: victim info before any forward pass
     gradients = EpisodeGradients(fresh.policy, fresh.spec.loss, env.observation_space)

@@ -259,12 +259,12 @@ def _attack(victim_name: str, env, episodes: int = 2, steps: int = 5):
     from gradleak_bench import splits
     from gradleak_bench.baselines.attacks.closed_form_gaussian import ClosedFormGaussian
     from gradleak_bench.records import ObservedEpisode, VictimInfo
-    from gradleak_bench.stream.continuous import ContinuousEpisodeGradients
+    from gradleak_bench.stream.replay import EpisodeGradients
     from gradleak_bench.victims.checkpoint import load_victim
     from gradleak_bench.victims.continuous_rollout import rollout
 
     victim = load_victim("PointNavContinuous", victim_name, "init")
-    gradients = ContinuousEpisodeGradients(victim.policy, victim.spec.loss, env.observation_space)
+    gradients = EpisodeGradients(victim.policy, victim.spec.loss, env.observation_space)
     info = VictimInfo("PointNavContinuous", victim_name, "init", victim.spec.loss, victim.policy,
                       env.observation_space, env.action_space, gradients.param_shapes, 2)
     attack = ClosedFormGaussian()

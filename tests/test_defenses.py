@@ -298,7 +298,8 @@ def test_invalid_parameters_are_rejected(name, params, needle):
 
 
 def test_quantize_8_bit_through_the_runner(tmp_path):
-    from gradleak_bench.runner import EvaluateConfig, evaluate
+    from gradleak_bench.run.config import EvaluateConfig
+    from gradleak_bench.run.evaluation import evaluate
 
     result = evaluate(EvaluateConfig(attack="closed_form", task="PointNav", victim="ppo_compact", defense="quantize",
                                      defense_params={"bits": 8}, episodes=4, out=str(tmp_path), wandb="disabled"),
@@ -310,7 +311,8 @@ def test_quantize_8_bit_through_the_runner(tmp_path):
 
 def test_unknown_layer_names_stop_a_run_before_any_episode(tmp_path):
     from gradleak_bench.errors import GradleakError
-    from gradleak_bench.runner import EvaluateConfig, evaluate
+    from gradleak_bench.run.config import EvaluateConfig
+    from gradleak_bench.run.evaluation import evaluate
 
     with pytest.raises(GradleakError, match="match no parameter"):
         evaluate(EvaluateConfig(attack="closed_form", victim="ppo_compact", defense="withhold_layers",

@@ -62,7 +62,7 @@ def test_local_executor_is_lazy_and_ordered():
 def test_local_runs_never_import_ray(tmp_path):
     code = (
         "import sys\n"
-        "from gradleak_bench.runner import EvaluateConfig, evaluate\n"
+        "from gradleak_bench.run import EvaluateConfig, evaluate\n"
         f"evaluate(EvaluateConfig(attack='closed_form', victim='ppo_compact', episodes=2, out={str(tmp_path)!r},"
         " wandb='disabled'), progress=False)\n"
         "assert 'ray' not in sys.modules, 'the local executor imported ray'\n"

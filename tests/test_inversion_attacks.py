@@ -11,9 +11,10 @@ from gradleak_bench.baselines.attacks import inverting as inv
 from gradleak_bench.errors import GradleakError
 from gradleak_bench.metrics.images import depth_psnr
 from gradleak_bench.records import GradientStream, ObservedEpisode
-from gradleak_bench.runner import EvaluateConfig, evaluate, select_episodes, victim_info
+from gradleak_bench.run.config import EvaluateConfig
+from gradleak_bench.run.evaluation import evaluate, select_episodes
 from gradleak_bench.stream.replay import EpisodeGradients
-from gradleak_bench.victims.checkpoint import load_victim
+from gradleak_bench.victims.checkpoint import load_victim, victim_info
 from gradleak_bench.victims.policies import env_spaces
 
 

@@ -165,7 +165,8 @@ def test_a_bad_prior_steps_variable_is_one_clear_error(monkeypatch):
 
 def test_prior_scores_are_the_scorers_and_are_cached_per_episode(tmp_path):
     from gradleak_bench.metrics import get_metric
-    from gradleak_bench.run.scorer import score, score_references
+    from gradleak_bench.metrics.scoring import score
+    from gradleak_bench.run.scorer import score_references
 
     metrics = [get_metric("rgb_psnr"), get_metric("action_accuracy"), get_metric("bbox_iou")]
     refs = P.references(fitted(), ["rgb", "action"], str(tmp_path))

@@ -248,7 +248,7 @@ def test_two_processes_never_write_the_same_run(tmp_path):
     from gradleak_bench.errors import RunStateError
 
     first = RunStore(tmp_path / "run", "k", {})
-    code = ("from gradleak_bench.run_store import RunStore\n"
+    code = ("from gradleak_bench.run.store import RunStore\n"
             f"RunStore({str(tmp_path / 'run')!r}, 'k', {{}})\n")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert other.returncode != 0 and "another gradleak-bench process is writing" in other.stderr

@@ -192,7 +192,7 @@ def test_a_failing_fit_is_one_clear_error(tmp_path):
 
 def test_auxiliary_data_refuses_the_test_split(tmp_path):
     from gradleak_bench.errors import GradleakError
-    from gradleak_bench.runner import AuxiliaryData
+    from gradleak_bench.run.auxiliary import AuxiliaryData
 
     with pytest.raises(GradleakError, match="never the test split"):
         next(AuxiliaryData(None, None).collect(split="test"))
@@ -203,9 +203,9 @@ def test_victim_info_copies_a_policy_that_has_already_run_forward():
     attacker's copy is rebuilt from the spec instead and holds the same parameters."""
     import torch
 
-    from gradleak_bench.runner import victim_info
     from gradleak_bench.stream.replay import EpisodeGradients
     from gradleak_bench.victims import load_victim
+    from gradleak_bench.victims.checkpoint import victim_info
     from gradleak_bench.victims.policies import env_spaces
 
     victim = load_victim("PointNav", "ppo_compact", "init")

@@ -17,9 +17,11 @@ from gradleak_bench import plugins
 from gradleak_bench.baselines.attacks import trace as tr
 from gradleak_bench.errors import GradleakError, PluginLoadError
 from gradleak_bench.records import ObservedEpisode
-from gradleak_bench.runner import AuxiliaryData, EvaluateConfig, evaluate, victim_info
+from gradleak_bench.run.auxiliary import AuxiliaryData
+from gradleak_bench.run.config import EvaluateConfig
+from gradleak_bench.run.evaluation import evaluate
 from gradleak_bench.stream.replay import EpisodeGradients
-from gradleak_bench.victims.checkpoint import load_victim
+from gradleak_bench.victims.checkpoint import load_victim, victim_info
 from gradleak_bench.victims.policies import env_spaces
 
 SHAPES = {"features_extractor.cnn.0.weight": (8, 3, 8, 8), "features_extractor.cnn.0.bias": (8,),

@@ -12,7 +12,7 @@ import gradleak_bench.metrics  # noqa: F401  (registers the built-ins)
 from gradleak_bench.envs.pybullet.apartment import doorway_centres, furniture_footprints, generate_apartment
 from gradleak_bench.metrics import get_metric, metrics_for_fields, select_metrics
 from gradleak_bench.metrics import trajectory as tr
-from gradleak_bench.records import Episode, Reconstruction
+from gradleak_bench.records import Episode
 
 
 def poses(xy, yaw=0.0) -> np.ndarray:
@@ -221,14 +221,14 @@ def test_select_metrics_skips_pose_metrics_of_an_action_attack_with_a_note():
         select_metrics(["hausdorf"], ["pose"])
 
 
-def test_runner_score_passes_the_truth_episode_to_context_metrics():
-    from gradleak_bench.runner import score
+def test_score_passes_the_truth_episode_to_context_metrics():
+    from gradleak_bench.metrics.scoring import score
 
     apt = generate_apartment(0)
     _, _, truth = _door_crossing(apt)
     episode = Episode("L000-E00", "PointNav", 0, 0, {"pose": truth.astype(np.float32),
                                                      "action": np.zeros(len(truth), np.int64)})
-    recon = Reconstruction(fields={"pose": truth.astype(np.float32), "action": np.zeros(len(truth), np.int64)})
+    recon = {"pose": truth.astype(np.float32), "action": np.zeros(len(truth), np.int64)}
     values, failed = score(metrics_for_fields(["pose", "action"]), recon, episode)
     assert values["keypoint_hit_rate"] == 1.0 and values["room_sequence_accuracy"] == 1.0
     assert values["ate"] == pytest.approx(0.0, abs=1e-6) and values["action_accuracy"] == 1.0

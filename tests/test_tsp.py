@@ -11,11 +11,14 @@ import torch
 from gradleak_bench import dataset as datasets
 from gradleak_bench.baselines.attacks import tsp as T
 from gradleak_bench.metrics import metrics_for_fields
+from gradleak_bench.metrics.scoring import score
 from gradleak_bench.records import ObservedEpisode
-from gradleak_bench.runner import AuxiliaryData, EvaluateConfig, evaluate, score, victim_info
+from gradleak_bench.run.auxiliary import AuxiliaryData
+from gradleak_bench.run.config import EvaluateConfig
+from gradleak_bench.run.evaluation import evaluate
 from gradleak_bench.stream.replay import EpisodeGradients
 from gradleak_bench.tasks import get_task
-from gradleak_bench.victims.checkpoint import load_victim
+from gradleak_bench.victims.checkpoint import load_victim, victim_info
 from gradleak_bench.victims.policies import env_spaces
 
 # ------------------------------------------------------------------ kinematics
@@ -140,7 +143,7 @@ def test_tsp_beats_dead_reckoning_on_held_out_paths(pointnav_setup):
         for attack in (tsp, dr):
             recons[attack.name] = recon = attack.reconstruct(obs, info)
             assert recon.fields["pose"].shape == pose.shape and recon.fields["pose"].dtype == np.float32
-            values, _ = score(metrics, recon, ep)
+            values, _ = score(metrics, recon.fields, ep)
             assert values["action_accuracy"] == 1.0
             results[attack.name].append(values)
         if i == 0:  # deterministic

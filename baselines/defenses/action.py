@@ -23,7 +23,7 @@ import numpy as np
 
 from gradleak_bench.records import GradientStream
 
-from .suite import _real
+from .params import check_real
 
 
 class ActionObfuscation:
@@ -39,7 +39,7 @@ class ActionObfuscation:
     needs: ClassVar[str] = "mean"  # release is the identity; the labels change before the loss
 
     def __init__(self, p: float = 0.25):
-        self.p = _real("p", p, 0.0, 1.0)
+        self.p = check_real("p", p, 0.0, 1.0)
 
     def report_actions(self, actions: np.ndarray, n_actions: int, rng: np.random.Generator) -> np.ndarray:
         """The actions the client reports for executed ``actions`` (any shape; values in ``0..n_actions-1``)."""

@@ -15,6 +15,8 @@ import torch
 
 from gradleak_bench.records import GradientStream
 
+from .params import check_real, check_train_noise
+
 
 def _torch_generator(rng: np.random.Generator) -> torch.Generator:
     return torch.Generator().manual_seed(int(rng.integers(0, 2**62)))
@@ -108,18 +110,6 @@ def kth_largest_abs(rows: list[torch.Tensor], k: int) -> torch.Tensor:
     return out
 
 
-TRAIN_NOISE = ("per_sample", "mean")
-
-
-def check_train_noise(value: object) -> str:
-    """The ``train_noise`` parameter: ``per_sample`` (the literal draws) or ``mean`` (one equivalent draw)."""
-    if value not in TRAIN_NOISE:
-        from .suite import DefenseParameterError
-
-        raise DefenseParameterError(f"train_noise must be one of {', '.join(TRAIN_NOISE)}, got {value!r}")
-    return str(value)
-
-
 def gaussian_noise_of_mean(shapes: Mapping[str, tuple[int, ...]], batch: int, std: float, rng: np.random.Generator,
                            literal: bool) -> dict[str, torch.Tensor]:
     """The noise that i.i.d. N(0, std^2) on every coordinate of ``batch`` samples adds to their mean.
@@ -163,9 +153,7 @@ class GaussianNoise:
     needs: ClassVar[str] = "mean"
 
     def __init__(self, sigma: float = 1e-2, train_noise: str = "per_sample"):
-        from .suite import _real
-
-        self.sigma = _real("sigma", sigma, 0.0)
+        self.sigma = check_real("sigma", sigma, 0.0)
         self.train_noise = check_train_noise(train_noise)
 
     def noise_of_mean(self, shapes: Mapping[str, tuple[int, ...]], batch: int, rng: np.random.Generator,
@@ -193,9 +181,7 @@ class TopK:
     needs: ClassVar[str] = "per_sample"
 
     def __init__(self, keep: float = 0.1):
-        from .suite import _real
-
-        self.keep = _real("keep", keep, 0, 1, low_open=True)
+        self.keep = check_real("keep", keep, 0, 1, low_open=True)
 
     def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream:
         return GradientStream({name: assemble_blocks(g, blocks) for name, g, blocks in self._blocks(gradients)})

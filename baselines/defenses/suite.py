@@ -1,7 +1,7 @@
 """The defense suite: clipping, DP-SGD, quantisation, temporal aggregation, shuffling, layer withholding and
 two sequence-aware defenses (correlated noise, randomised release timing).
 
-Every defense keeps the runner's contract (:func:`gradleak_bench.runner.check_released`): the released
+Every defense keeps the runner's contract (:func:`gradleak_bench.run.pipeline.check_released`): the released
 stream has every parameter name of the input with shape ``(T, *param_shape)``; what a defense withholds is
 zeroed, never dropped. ``release`` never modifies its input and draws randomness only from ``rng``.
 Constructor parameters are checked before any work: a bad value raises :class:`DefenseParameterError`
@@ -17,41 +17,11 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gradleak_bench.errors import GradleakError
 from gradleak_bench.records import GradientStream
 
-from .basic import (BLOCK, _torch_generator, assemble_blocks, check_train_noise, gaussian_noise_of_mean,
-                    mean_of_blocks, row_blocks, weighted_mean_of_blocks)
-
-
-class DefenseParameterError(GradleakError, ValueError):
-    """A defense parameter outside its valid range (the message names the parameter and the range)."""
-
-
-# --------------------------------------------------------------------------------------------- helpers
-def _real(name: str, value: Any, low: float, high: float = math.inf, *, low_open: bool = False,
-          high_open: bool = False) -> float:
-    lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
-    valid = f"{lo}{low}, {high}{hi}"
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise DefenseParameterError(f"{name} must be a number in {valid}, got {value!r}")
-    v = float(value)
-    ok = math.isfinite(v) or (v == high == math.inf and not high_open)
-    ok = ok and (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
-    if not ok:
-        raise DefenseParameterError(f"{name} must be in {valid}, got {value!r}")
-    return v
-
-
-def _integer(name: str, value: Any, low: int, high: int | None = None) -> int:
-    valid = f"{low}..{high}" if high is not None else f">= {low}"
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not float(value).is_integer():
-        raise DefenseParameterError(f"{name} must be an integer {valid}, got {value!r}")
-    v = int(value)
-    if v < low or (high is not None and v > high):
-        raise DefenseParameterError(f"{name} must be an integer {valid}, got {value!r}")
-    return v
+from .basic import (BLOCK, _torch_generator, assemble_blocks, gaussian_noise_of_mean, mean_of_blocks, row_blocks,
+                    weighted_mean_of_blocks)
+from .params import DefenseParameterError, check_integer, check_real, check_train_noise
 
 
 def _unflatten(flat: torch.Tensor, like: GradientStream) -> GradientStream:
@@ -94,7 +64,7 @@ class ClipNorm:
     needs: ClassVar[str] = "norms"
 
     def __init__(self, C: float = 1.0):
-        self.C = _real("C", C, 0.0, low_open=True)
+        self.C = check_real("C", C, 0.0, low_open=True)
 
     def clip_factors(self, norms: torch.Tensor) -> torch.Tensor:
         """Each sample's scale factor ``min(1, C / ||g_i||)`` from its gradient norm."""
@@ -135,11 +105,11 @@ class DPSGD:
 
     def __init__(self, C: float = 1.0, sigma: float = 1.0, delta: float = 1e-5, sample_rate: float = 1.0,
                  steps: int = 1, train_noise: str = "per_sample"):
-        self.C = _real("C", C, 0.0, low_open=True)
-        self.sigma = _real("sigma", sigma, 0.0, low_open=True)
-        self.delta = _real("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
-        self.sample_rate = _real("sample_rate", sample_rate, 0.0, 1.0, low_open=True)
-        self.steps = _integer("steps", steps, 1)
+        self.C = check_real("C", C, 0.0, low_open=True)
+        self.sigma = check_real("sigma", sigma, 0.0, low_open=True)
+        self.delta = check_real("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
+        self.sample_rate = check_real("sample_rate", sample_rate, 0.0, 1.0, low_open=True)
+        self.steps = check_integer("steps", steps, 1)
         self.train_noise = check_train_noise(train_noise)
 
     def clip_factors(self, norms: torch.Tensor) -> torch.Tensor:
@@ -156,9 +126,9 @@ class DPSGD:
         """Epsilon of ``steps`` Gaussian-mechanism releases at ``sample_rate`` (Opacus RDP accountant)."""
         from opacus.accountants import RDPAccountant
 
-        delta = self.delta if delta is None else _real("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
-        q = self.sample_rate if sample_rate is None else _real("sample_rate", sample_rate, 0.0, 1.0, low_open=True)
-        n = self.steps if steps is None else _integer("steps", steps, 1)
+        delta = self.delta if delta is None else check_real("delta", delta, 0.0, 1.0, low_open=True, high_open=True)
+        q = self.sample_rate if sample_rate is None else check_real("sample_rate", sample_rate, 0.0, 1.0, low_open=True)
+        n = self.steps if steps is None else check_integer("steps", steps, 1)
         accountant = RDPAccountant()
         accountant.history = [(self.sigma, q, n)]
         return float(accountant.get_epsilon(delta=delta))
@@ -192,7 +162,7 @@ class Quantize:
     needs: ClassVar[str] = "per_sample"
 
     def __init__(self, bits: int = 8, stochastic: bool = False):
-        self.bits = _integer("bits", bits, 1, 32)
+        self.bits = check_integer("bits", bits, 1, 32)
         if not isinstance(stochastic, (bool, np.bool_)):
             raise DefenseParameterError(f"stochastic must be true or false, got {stochastic!r}")
         self.stochastic = bool(stochastic)
@@ -276,7 +246,7 @@ class TemporalMean:
     needs: ClassVar[str] = "mean"
 
     def __init__(self, k: int = 4):
-        self.k = _integer("k", k, 1)
+        self.k = check_integer("k", k, 1)
 
     def release(self, gradients: GradientStream, rng: np.random.Generator) -> GradientStream:
         out = {}
@@ -302,7 +272,7 @@ class ShuffleWindow:
     needs: ClassVar[str] = "mean"  # a permutation leaves the batch mean unchanged
 
     def __init__(self, k: int = 4):
-        self.k = _integer("k", k, 1)
+        self.k = check_integer("k", k, 1)
 
     def permutation(self, length: int, rng: np.random.Generator) -> np.ndarray:
         """The step order released: position ``t`` carries the true step ``perm[t]``."""
@@ -396,8 +366,8 @@ class CorrelatedNoise:
     needs: ClassVar[str] = "mean"
 
     def __init__(self, sigma: float = 1e-2, rho: float = 0.9, train_noise: str = "per_sample"):
-        self.sigma = _real("sigma", sigma, 0.0)
-        self.rho = _real("rho", rho, -1.0, 1.0, low_open=True, high_open=True)
+        self.sigma = check_real("sigma", sigma, 0.0)
+        self.rho = check_real("rho", rho, -1.0, 1.0, low_open=True, high_open=True)
         self.train_noise = check_train_noise(train_noise)
 
     def mean_std(self, batch: int) -> float:
@@ -448,7 +418,7 @@ class RandomRelease:
     needs: ClassVar[str] = "per_sample"
 
     def __init__(self, p: float = 0.5, fill: str = "zeros"):
-        self.p = _real("p", p, 0.0, 1.0, low_open=True)
+        self.p = check_real("p", p, 0.0, 1.0, low_open=True)
         if fill not in ("zeros", "previous"):
             raise DefenseParameterError(f"fill must be 'zeros' or 'previous', got {fill!r}")
         self.fill = fill

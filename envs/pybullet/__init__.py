@@ -1,4 +1,10 @@
-"""The PyBullet backend of the household tasks (the embedded default)."""
+"""The PyBullet backend of the household tasks (the embedded default): procedural apartments
+(:mod:`.apartment`), their scene, robot and camera, the adapter (:mod:`.adapter`) and the former env class
+names (:mod:`.household`).
+
+May import the rest of ``envs/`` (the backend protocol, the task envs, ``common``), ``tasks``, ``splits`` and
+``errors``.
+"""
 import contextlib
 import ctypes
 import os

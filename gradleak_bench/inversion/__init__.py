@@ -1,6 +1,7 @@
 """The gradient-inversion toolkit: what optimisation-based attacks share, public so an attack can be built on
 it (part of the plug-in API; the reference attacks ``inverting_gradients``, ``dlg``, ``idlg``, ``qgi`` and
-``rgi`` in ``baselines/attacks/`` are written with it, one per file; docs/inversion-attacks.md).
+``rgi`` in ``baselines/attacks/`` are written with it, one per file; docs/inversion-attacks.md). May import
+``records`` only (and torch, SB3).
 
 Every such attack searches for an observation whose gradient matches the released one. The pieces:
 

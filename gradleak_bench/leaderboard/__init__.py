@@ -1,6 +1,9 @@
 """The leaderboard: typed JSON entries (:mod:`.schema`), made from a run (:mod:`.submit`), checked by
 re-running a seeded sample (:mod:`.verify`), rendered to Markdown and a static page (:mod:`.render`).
 
+It stands on top of the run: it may import ``run/`` and everything below it (priors, dataset, plugins,
+metrics, tasks, ...), never ``cli``. Of ``baselines/`` it imports the package alone, to locate the built-ins.
+
 Example:
     >>> from gradleak_bench.leaderboard import load_entries
     >>> entries = load_entries("leaderboard/entries")  # doctest: +SKIP

@@ -8,34 +8,20 @@ The rules are stated in docs/leaderboard.md ("What is checked").
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import numpy as np
 
-from gradleak_bench.leaderboard.schema import Entry, Interval, MetricResult
-
-#: The range every per-episode value (and so every mean and CI end) of a metric lies in. PSNRs are of clipped
-#: reconstructions (MSE <= data range squared) capped at MAX_PSNR_DB; errors and distances are >= 0.
-BOUNDS: tuple[tuple[str, tuple[float, float]], ...] = (
-    (r"(action_accuracy|action_hist_tv|bbox_iou|keypoint_hit_rate.*|room_sequence_accuracy.*)", (0.0, 1.0)),
-    (r".*_psnr(_y)?", (0.0, 100.0)),
-    (r".*_ssim(_y)?", (-1.0, 1.0)),
-    (r"(ate|hausdorff|frechet|dtw_error).*|.*_mse|.*_error", (0.0, math.inf)),
-)
+from gradleak_bench.leaderboard.bounds import bounds
+from gradleak_bench.leaderboard.schema import Entry
+from gradleak_bench.priors import PRIOR_PREFIX
+from gradleak_bench.run.results import Interval, MetricResult
 
 #: Relative tolerance of a summary recomputed from the rows: float round-off only (other CPUs, other BLAS).
 MEAN_RTOL = 1e-6
 #: A recomputed bootstrap CI end may differ by this fraction of the CI's width (+ MEAN_RTOL): the BCa quantile
 #: can land on a neighbouring resample when the last bits of a value differ; an inflated or narrowed CI cannot.
 CI_RTOL = 0.02
-
-
-def bounds(metric: str) -> tuple[float, float]:
-    for pattern, rng in BOUNDS:
-        if re.fullmatch(pattern, metric):
-            return rng
-    return (-math.inf, math.inf)
 
 
 def problems(entry: Entry) -> list[str]:
@@ -151,9 +137,6 @@ def row_problems(entry: Entry) -> list[str]:
             found += _interval_problems(f"metrics.{name}.leakage", m.leakage, paired(values, baseline), entry.seed,
                                         bootstrap_ci)
     return found
-
-
-PRIOR_PREFIX = "prior:"
 
 
 def best_prior_rows(m: MetricResult, references: dict) -> tuple[str | None, list[float] | None]:

@@ -21,6 +21,7 @@ from typing import Any, Union
 
 from gradleak_bench.errors import InvalidEntryError, UnofficialDatasetError  # noqa: F401  (re-exported)
 from gradleak_bench.leaderboard.binding import CodeBinding, problems as binding_problems
+from gradleak_bench.leaderboard.bounds import bounds
 from gradleak_bench.run.results import Interval, MetricResult  # noqa: F401  (re-exported: one typed result)
 
 SCHEMA = "gradleak-bench-entry/2"
@@ -279,7 +280,6 @@ def _parse_metric(value: Any, path: str, source: str) -> MetricResult:
     """The run's own typed reader (:meth:`MetricResult.from_dict`), plus the schema's refusal of unknown keys
     and the metric's possible range."""
     from gradleak_bench.errors import CorruptFileError
-    from gradleak_bench.leaderboard.checks import bounds
 
     if isinstance(value, dict) and (unknown := sorted(set(value) - set(_METRIC_KEYS))):
         raise _err(source, f"{path}.{unknown[0]}", f"is not part of the schema (known: {', '.join(_METRIC_KEYS)})")

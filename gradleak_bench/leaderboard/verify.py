@@ -43,6 +43,7 @@ import numpy as np
 
 from gradleak_bench.errors import CorruptFileError
 from gradleak_bench.leaderboard import binding, checks
+from gradleak_bench.leaderboard.bounds import bounds
 from gradleak_bench.leaderboard.record import VerificationRecord
 from gradleak_bench.leaderboard.schema import Entry, InvalidEntryError, UnofficialDatasetError
 
@@ -214,7 +215,7 @@ def standard_error_scale(metric: str, *samples: Any) -> float:
     if _dof(*samples) < MIN_DOF:  # two or three values (a swap control of two episodes): no spread to trust
         return math.inf
     base = metric.split(".")[0].removeprefix("fresh:").removeprefix("record:")
-    if checks.bounds(base) != (0.0, 1.0):
+    if bounds(base) != (0.0, 1.0):
         return crit * s
     values = np.concatenate([checks.as_values(x) for x in samples if x is not None] or [np.empty(0)])
     values = values[np.isfinite(values)]

@@ -2,7 +2,11 @@
 
 Importing this package registers every built-in metric (images, discrete actions, vectors and scalars);
 look them up with :func:`get_metric` or :func:`metrics_for_fields`, and summarise per-episode values with
-:func:`bootstrap_ci` / :func:`summarize`.
+:func:`bootstrap_ci` / :func:`summarize`. :mod:`.scoring` scores one reconstruction (failed frames at their
+metric's worst value) for the scorer and the priors alike.
+
+May import ``records``, ``registry`` and ``errors``, and ``envs/`` (a trajectory metric reads the layout of
+the episode's own backend); nothing of the victims, the stream or the run.
 """
 from gradleak_bench.metrics import continuous, discrete, images, protocols, trajectory, vectors  # noqa: F401  (registration side effect)
 from gradleak_bench.metrics.discrete import action_accuracy, action_hist_tv

@@ -79,7 +79,8 @@ def _load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    import gradleak_bench.metrics  # noqa: F401  the built-ins first, so none of them can be taken
+    # The built-ins are registered already: Python ran gradleak_bench/metrics/__init__.py, which imports every
+    # built-in metric module, before this module could be imported at all.
     from gradleak_bench import registry
     from gradleak_bench.errors import GradleakError
 

@@ -11,6 +11,10 @@ The API other code calls::
     result.rows                                         # EpisodeRow per episode (metrics, control, failed frames)
 
 The scorer never imports plug-in code: every attack and defense runs in its own (sealed) process.
+
+May import every layer below it (victims, dataset, priors, gradient_store, plugins, hooks, metrics, stream,
+tasks, records, ...); never ``leaderboard/`` or ``cli``. Of ``baselines/`` it imports the package alone, to
+show its folder to a sealed process.
 """
 from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.results import Interval, MetricResult

@@ -12,9 +12,9 @@ Two executors stand behind one small API:
     exception raised *by the unit function itself* is not retried (the computation is deterministic, so a
     retry would fail the same way) and is re-raised in the caller.
 
-API (what ``runner.evaluate``, ``dataset.generate`` and ``grid.py`` call)::
+API (what ``run.evaluation.evaluate``, ``dataset.generate`` and ``run.grid`` call)::
 
-    from gradleak_bench.executors import get_executor
+    from gradleak_bench.run.executors import get_executor
 
     with get_executor("ray", address=None, num_cpus=2, max_retries=3) as ex:
         for index, result in ex.map_unordered(fn, units):   # as units finish, any order

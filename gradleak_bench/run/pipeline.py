@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 
 from gradleak_bench.errors import GradleakError, InvalidGradientError, PluginContractError
+from gradleak_bench.metrics.scoring import score
 from gradleak_bench.records import Episode
 from gradleak_bench.run.sandbox import PluginCrashed, PluginProcess
-from gradleak_bench.run.scorer import EpisodeRow, check_reconstruction, score, score_references
+from gradleak_bench.run.scorer import EpisodeRow, check_reconstruction, score_references
 
 
 @dataclass

@@ -17,9 +17,10 @@ import numpy as np
 
 from gradleak_bench.errors import PluginContractError
 from gradleak_bench.metrics import MetricSpec, bootstrap_ci
-from gradleak_bench.metrics.registry import finite_steps
+from gradleak_bench.metrics.scoring import score
+from gradleak_bench.metrics.summary import calibrate
+from gradleak_bench.priors import PRIOR_PREFIX
 from gradleak_bench.records import Episode
-from gradleak_bench.run.failed import worst_value
 from gradleak_bench.run.results import Interval, MetricResult
 
 
@@ -82,46 +83,6 @@ def check_reconstruction(fields: Mapping[str, np.ndarray], attack: str, declared
             raise PluginContractError(f"attack {attack!r} returned {name} of dtype {value.dtype}, not numeric")
         out[name] = value
     return out
-
-
-def score(metrics: list[MetricSpec], fields: Mapping[str, np.ndarray], truth: Episode
-          ) -> tuple[dict[str, float], dict[str, int]]:
-    """Per-metric episode values and failed frames; a failed frame scores the metric's worst value
-    (:mod:`gradleak_bench.run.failed`). Raises :class:`PluginContractError` when a metric without a worst value
-    meets a failed frame."""
-    values, failed = {}, {}
-    for metric in metrics:
-        if metric.field not in fields or metric.field not in truth.steps:
-            continue
-        values[metric.name], failed[metric.name] = _score_one(metric, np.asarray(fields[metric.field]), truth)
-    return values, failed
-
-
-def _score_one(metric: MetricSpec, recon: np.ndarray, truth: Episode) -> tuple[float, int]:
-    target = truth.steps[metric.field]
-    context = {"episode": truth} if metric.needs_episode else {}  # e.g. the layout, for trajectory metrics
-    per = np.asarray(metric.fn(recon, target, **context), dtype=np.float64).reshape(-1)
-    bad_frames = ~finite_steps(recon)
-    if metric.per_step:
-        failed_mask = bad_frames.copy() if per.size == bad_frames.size else np.zeros(per.size, bool)
-        nan = ~np.isfinite(per) & ~failed_mask
-        if nan.any():  # NaN with a finite output: failed unless the truth itself cannot be scored (no key points)
-            own = np.asarray(metric.fn(target, target, **context), dtype=np.float64).reshape(-1)
-            failed_mask |= nan & np.isfinite(own)
-        n_failed = int(failed_mask.sum())
-    else:
-        value_nan = not np.isfinite(per).all()
-        applicable = not value_nan or np.isfinite(np.asarray(metric.fn(target, target, **context), dtype=np.float64)).all()
-        n_failed = int(bad_frames.sum()) or int(value_nan and applicable) * len(bad_frames)
-        failed_mask = np.full(per.size, n_failed > 0)
-    if n_failed:
-        worst = worst_value(metric)
-        if worst is None:
-            raise PluginContractError(f"{n_failed} frames of {metric.field} are missing or non-finite and metric "
-                                      f"{metric.name} has no worst value to score them with")
-        per = np.where(failed_mask, worst, per)
-    finite = per[np.isfinite(per)]
-    return (float(finite.mean()) if finite.size else math.nan), n_failed
 
 
 def truncate(fields: Mapping[str, np.ndarray], length: int) -> dict[str, np.ndarray]:
@@ -229,9 +190,6 @@ def best_prior(values: list[float], references: dict[str, list[float]], higher_i
                seed: int) -> tuple[str | None, Interval | None]:
     """The gradient-free prior (a ``prior:`` reference) with the best mean, and the attack's leakage over it
     (metric - prior, paired per episode, with its CI): :func:`gradleak_bench.metrics.summary.calibrate`."""
-    from gradleak_bench.metrics.summary import calibrate
-    from gradleak_bench.priors import PRIOR_PREFIX
-
     priors = {n: v for n, v in references.items() if n.startswith(PRIOR_PREFIX)}
     if not priors:
         return None, None

@@ -22,8 +22,6 @@ policy, which would make the gradient depend on more than the checkpoint.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from gymnasium import spaces
 from torch import nn
@@ -83,12 +81,3 @@ def gradient_engine(policy: nn.Module, loss: LossSpec):
     if is_continuous(policy):
         return ContinuousPerSampleGradients(policy, loss)
     return PerSampleGradients(policy, loss)
-
-
-def __getattr__(name: str) -> Any:
-    # EpisodeGradients serves continuous victims too; the old name, without a circular import at load time.
-    if name == "ContinuousEpisodeGradients":
-        from gradleak_bench.stream.replay import EpisodeGradients
-
-        return EpisodeGradients
-    raise AttributeError(name)

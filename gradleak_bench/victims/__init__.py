@@ -2,7 +2,12 @@
 
 ``LoadedVictim`` and ``load_victim`` import torch and SB3 when first used, so the zoo's specs, a victim's
 public card and its spaces (:mod:`~gradleak_bench.victims.card`, :mod:`~gradleak_bench.victims.spaces`) load
-without them (a warm ``evaluate`` never imports torch: docs/evaluate.md, "Speed")."""
+without them (a warm ``evaluate`` never imports torch: docs/evaluate.md, "Speed"). Training, its validation
+(:mod:`.validation`) and defended training (:mod:`.defended`) live here too.
+
+May import the stream, ``plugins`` and ``hooks`` (defended training applies a defense plug-in), ``envs/``,
+``tasks``, ``records`` and the ground floor; never ``dataset``, ``run/``, ``leaderboard/`` or ``cli``.
+"""
 from typing import Any
 
 from gradleak_bench.victims.zoo import CHECKPOINTS, VICTIMS, VictimSpec, get_victim

@@ -11,8 +11,7 @@ import gymnasium as gym
 def env_spaces(task: str, image_size: int) -> tuple[gym.Space, gym.Space]:
     """The environment's (observation, action) spaces for a task at an image size, from its env class when
     the task spec fixes them (no simulator started: 0.3-2 s saved per process), else from a built env."""
-    from gradleak_bench.envs.backend import env_class
-    from gradleak_bench.envs.task_env import TaskEnv
+    from gradleak_bench.envs.task_env import TaskEnv, env_class
     from gradleak_bench.tasks import get_task
 
     spec = get_task(task)

@@ -22,8 +22,8 @@ from gradleak_bench.errors import GradleakError
 from gradleak_bench.paths import atomic_write_bytes
 from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.checkpoint import cached_dir, load_victim, save_checkpoint
-from gradleak_bench.victims.continuous_rollout import ContinuousActor, random_action
-from gradleak_bench.victims.policies import PolicyActor, algorithm_class, build_policy, resolve_policy_kwargs
+from gradleak_bench.victims.policies import algorithm_class, build_policy, resolve_policy_kwargs
+from gradleak_bench.victims.validation import rollouts, wilson
 from gradleak_bench.victims.zoo import VictimSpec, get_victim
 
 CHUNK_STEPS = 4096
@@ -258,44 +258,10 @@ def train_spec(spec: VictimSpec, eval_episodes: int = 24, progress: bool = True,
     return report
 
 
-def _actor(spec: VictimSpec, policy: Any) -> Any:
-    if policy is None:
-        return None
-    if get_task(spec.task).action_kind == "continuous":
-        return ContinuousActor(policy, spec.algo)
-    return PolicyActor(policy, spec.algo, exploration_eps=0.05)
-
-
 def success_rate(spec: VictimSpec, policy: Any, episodes: int, seed: int = 12345) -> dict[str, Any]:
     """Success rate and mean return on the val layouts (``policy=None``: uniformly random actions), with the
     successes counted and the success rate's 95% Wilson interval (:mod:`gradleak_bench.victims.validation`)."""
-    from gradleak_bench.victims.validation import wilson
-
     successes, returns = rollouts(spec, policy, episodes, seed)
     k = int(round(sum(successes)))
     return {"success_rate": float(np.mean(successes)), "mean_return": float(np.mean(returns)), "episodes": episodes,
             "successes": k, "success_ci95": list(wilson(k, episodes))}
-
-
-def rollouts(spec: VictimSpec, policy: Any, episodes: int, seed: int = 12345) -> tuple[list[float], list[float]]:
-    """Per val episode (seeds ``seed + i``): success (``info["success"]`` at the episode's end) and return, with
-    actions drawn from the policy (``policy=None``: uniformly random actions)."""
-    task = get_task(spec.task)
-    env = gym.make(task.gym_id, layouts="val", image_size=spec.image_size)
-    actor = _actor(spec, policy)
-    rng = np.random.default_rng(seed)
-    successes, returns = [], []
-    try:
-        for episode in range(episodes):
-            obs, info = env.reset(seed=seed + episode)
-            total, done, info = 0.0, False, {}
-            while not done:
-                action = actor.act(obs, rng) if actor else random_action(env.action_space, rng)
-                obs, reward, terminated, truncated, info = env.step(action)
-                total += float(reward)
-                done = terminated or truncated
-            successes.append(float(info.get("success", False)))
-            returns.append(total)
-    finally:
-        env.close()
-    return successes, returns

@@ -4,10 +4,10 @@ Each published victim directory ``envs/checkpoints/<task>/<victim>/`` holds ``va
 policy, the ``init`` checkpoint and the ``trained`` checkpoint, each rolled out on the same
 ``VALIDATION_EPISODES`` val episodes (seeds ``VALIDATION_SEED + i``; the layout, start and goal or target are
 drawn from the seed, so the three policies face the same episodes), as training's own success check does
-(:func:`gradleak_bench.victims.training.rollouts`: actions drawn from the policy's probabilities, DQN
-epsilon-greedy with 0.05, a continuous victim's Gaussian sample). Per policy it records the success count with
-its 95% Wilson score interval (``scipy.stats.binomtest(...).proportion_ci(method="wilson")``) and the mean
-episode return with its 95% percentile-bootstrap interval (``scipy.stats.bootstrap``, 9999 resamples, seed 0).
+(:func:`rollouts`: actions drawn from the policy's probabilities, DQN epsilon-greedy with 0.05, a continuous
+victim's Gaussian sample). Per policy it records the success count with its 95% Wilson score interval
+(``scipy.stats.binomtest(...).proportion_ci(method="wilson")``) and the mean episode return with its 95%
+percentile-bootstrap interval (``scipy.stats.bootstrap``, 9999 resamples, seed 0).
 
 **The rule** (:data:`RULE`): a ``trained`` checkpoint has *learned* when the lower end of its success interval
 lies above the upper end of the random policy's, and so does its return's. Two non-overlapping 95% intervals is
@@ -83,8 +83,6 @@ def validate(spec: VictimSpec, policies: dict[str, Any], episodes: int = VALIDAT
              seed: int = VALIDATION_SEED, weights: dict[str, str | None] | None = None) -> dict[str, Any]:
     """Roll out each of ``policies`` (name -> SB3 policy, None for the random policy) on the same val episodes
     and summarise them; with a ``trained`` and a ``random`` row, apply :data:`RULE`."""
-    from gradleak_bench.victims.training import rollouts
-
     rows = {}
     for name, policy in policies.items():
         reused = _random_row(spec, episodes, seed) if policy is None else None
@@ -101,6 +99,49 @@ def validate(spec: VictimSpec, policies: dict[str, Any], episodes: int = VALIDAT
     if "trained" in rows and "random" in rows:
         out.update(verdict(rows))
     return out
+
+
+def rollouts(spec: VictimSpec, policy: Any, episodes: int, seed: int = 12345) -> tuple[list[float], list[float]]:
+    """Per val episode (seeds ``seed + i``): success (``info["success"]`` at the episode's end) and return, with
+    actions drawn from the policy (``policy=None``: uniformly random actions)."""
+    import gymnasium as gym
+    import numpy as np
+
+    from gradleak_bench.tasks import get_task
+    # torch loads here, not with the module: ``gradleak-bench list`` reads validations without it
+    from gradleak_bench.victims.continuous_rollout import random_action
+
+    task = get_task(spec.task)
+    env = gym.make(task.gym_id, layouts="val", image_size=spec.image_size)
+    actor = _actor(spec, policy)
+    rng = np.random.default_rng(seed)
+    successes, returns = [], []
+    try:
+        for episode in range(episodes):
+            obs, info = env.reset(seed=seed + episode)
+            total, done, info = 0.0, False, {}
+            while not done:
+                action = actor.act(obs, rng) if actor else random_action(env.action_space, rng)
+                obs, reward, terminated, truncated, info = env.step(action)
+                total += float(reward)
+                done = terminated or truncated
+            successes.append(float(info.get("success", False)))
+            returns.append(total)
+    finally:
+        env.close()
+    return successes, returns
+
+
+def _actor(spec: VictimSpec, policy: Any) -> Any:
+    from gradleak_bench.tasks import get_task
+    from gradleak_bench.victims.continuous_rollout import ContinuousActor
+    from gradleak_bench.victims.policies import PolicyActor
+
+    if policy is None:
+        return None
+    if get_task(spec.task).action_kind == "continuous":
+        return ContinuousActor(policy, spec.algo)
+    return PolicyActor(policy, spec.algo, exploration_eps=0.05)
 
 
 def _random_row(spec: VictimSpec, episodes: int, seed: int) -> dict[str, Any] | None:

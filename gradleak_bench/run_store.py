@@ -1,6 +1,0 @@
-"""Moved to :mod:`gradleak_bench.run.store`; this name stays importable (the same module object)."""
-import sys
-
-from gradleak_bench.run import store as _moved
-
-sys.modules[__name__] = _moved
