@@ -276,7 +276,7 @@ def epoch_estimate(record: Mapping[str, Any], point: Mapping[str, Any]) -> float
 
 
 class SharedEpisodes:
-    """The attacker's auxiliary data (:class:`gradleak_bench.runner.AuxiliaryData`, undefended), with every
+    """The attacker's auxiliary data (:class:`gradleak_bench.run.auxiliary.AuxiliaryData`, undefended), with every
     simulated episode kept in this process: the nested data sets and both encoders simulate each once.
     Yields what ``AuxiliaryData.collect`` yields: the plan's first ``max_episodes`` episodes and their exact
     gradients."""
@@ -347,7 +347,7 @@ def run(args: argparse.Namespace, out: Path) -> None:
     from gradleak_bench.baselines.attacks.trace.config import defense_identity
     from gradleak_bench.baselines.attacks.trace.training import CURVE
     from gradleak_bench.errors import GradleakError
-    from gradleak_bench.runner import victim_info
+    from gradleak_bench.victims.checkpoint import victim_info
     from gradleak_bench.stream.replay import EpisodeGradients
     from gradleak_bench.victims.checkpoint import load_victim
     from gradleak_bench.victims.policies import env_spaces
