@@ -287,6 +287,22 @@ def backend_class(name: str) -> type:
     return _ADAPTERS[name]
 
 
+def require_backend(name: str) -> type:
+    """The adapter class of a backend whose simulator package is installed: the check a command makes before
+    anything starts (a run, a dataset), so a missing simulator is one message saying what to install.
+
+    Raises:
+        UnknownNameError: For an unknown backend (close matches named).
+        MissingDependencyError: When its simulator package is not installed (the adapter's optional
+            ``check_installed`` class method, which raises it with the install command).
+    """
+    adapter = backend_class(name)
+    check = getattr(adapter, "check_installed", None)
+    if check is not None:
+        check()
+    return adapter
+
+
 def make_env(task: str, backend: str = "pybullet", **kwargs: Any):
     """The env of ``task`` on ``backend``: the entry point of every task's gymnasium id
     (``gymnasium.make("gradleak/PointNav-v0", backend="ai2thor", ...)``).
