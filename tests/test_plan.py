@@ -97,15 +97,15 @@ def test_missing_simulator_is_refused_at_the_edge(monkeypatch, tmp_path):
                                out=str(tmp_path / "run")))
 
 
-def _evaluate_on(backend: str, tmp_path: Path, *extra: str) -> dict:
+def _evaluate_on(backend: str, tmp_path: Path, *extra: str, priors: bool = False) -> dict:
     common = ("PointNav", "--victim", "ppo_compact", "--backend", backend, *extra)
     made = cli("generate", *common)
     assert made.returncode == 0, made.stderr
     assert f"no official split on the {backend} backend" in made.stdout
     identity = made.stdout.strip().splitlines()[-1]
     out = tmp_path / f"run-{backend}"
-    run = cli("evaluate", "closed_form", "--task", *common, "--episodes", "2", "--no-priors", "--wandb", "disabled",
-              "--out", str(out))
+    run = cli("evaluate", "closed_form", "--task", *common, "--episodes", "2", "--wandb", "disabled",
+              "--out", str(out), *(() if priors else ("--no-priors",)))
     assert run.returncode == 0, run.stderr
     assert f"the {backend} backend's public split (unofficial" in run.stdout
     summary = json.loads((out / "results.json").read_text())
@@ -117,8 +117,18 @@ def _evaluate_on(backend: str, tmp_path: Path, *extra: str) -> dict:
     return summary
 
 
-def test_generate_and_evaluate_on_ai2thor_through_the_cli(tmp_path):
-    _evaluate_on("ai2thor", tmp_path, "--split", "val")
+def test_generate_and_evaluate_on_ai2thor_through_the_cli(tmp_path, cache_dir):
+    summary = _evaluate_on("ai2thor", tmp_path, "--split", "val", priors=True)
+    # the priors were fitted on AI2-THOR's own train split, never on PyBullet's
+    assert summary["metrics"]["action_accuracy"]["best_prior"].startswith("prior:")
+    from safetensors import safe_open
+
+    fitted = []
+    for path in Path(cache_dir).glob("priors/*.safetensors"):
+        with safe_open(str(path), framework="numpy") as f:
+            fitted.append(json.loads(f.metadata()["config"]))
+    assert {"task": "PointNav", "victim": "ppo_compact", "backend": "ai2thor"}.items() <= \
+        next(c for c in fitted if c.get("backend") == "ai2thor").items()
 
 
 def test_generate_and_evaluate_on_habitat_through_the_cli(tmp_path):

@@ -106,18 +106,13 @@ def resolve(config: EvaluateConfig | RunPlan) -> RunPlan:
     if isinstance(config, RunPlan):
         return config
     from gradleak_bench.victims.card import locate
-    from gradleak_bench.victims.zoo import victim_of
 
     check_config(config)
-    split = resolve_split(config.task, config.victim, config.checkpoint, config.split, None, config.dataset_seed,
-                          config.protocol, config.backend, config.scenes)
+    task, victim, split = _resolve_split(config.task, config.victim, config.checkpoint, config.split, None,
+                                         config.dataset_seed, config.protocol, config.backend, config.scenes)
     if split.scenes and config.priors:
         raise GradleakError(f"the {split.backend} backend's scenes have no train split to fit the gradient-free "
                             "priors on: add --no-priors (docs/backends.md)")
-    from gradleak_bench.tasks import get_task
-
-    task = get_task(split.task)  # a plain dict lookup now: resolve_split checked the name
-    victim = victim_of(task, split.victim)
     defended = config.defense != "none" or bool(config.defense_params)
     return RunPlan(config, task, victim, locate(victim, split.checkpoint), split,
                    bind("attack", config.attack, config.attack_params),
@@ -127,16 +122,22 @@ def resolve(config: EvaluateConfig | RunPlan) -> RunPlan:
 def resolve_split(task: str, victim: str | None = None, checkpoint: str = "init", split: str = "test",
                   episodes_per_layout: int | None = None, seed: int = 0, protocol: str | None = None,
                   backend: str = DEFAULT_BACKEND, scenes: tuple[str, ...] = ()) -> DatasetConfig:
-    """The dataset config of a split named on the command line (``generate``, and every run through
-    :func:`resolve`): task, victim, checkpoint, protocol and backend checked, scene folders expanded."""
+    """The dataset config of a split named on the command line (``generate``, ``train-defense``, and every run
+    through :func:`resolve`): task, victim, checkpoint, protocol and backend checked, scene folders expanded."""
+    return _resolve_split(task, victim, checkpoint, split, episodes_per_layout, seed, protocol, backend, scenes)[2]
+
+
+def _resolve_split(task: str, victim: str | None, checkpoint: str, split: str, episodes_per_layout: int | None,
+                   seed: int, protocol: str | None, backend: str,
+                   scenes: tuple[str, ...]) -> tuple[TaskSpec, VictimSpec, DatasetConfig]:
     from gradleak_bench.tasks import get_task
     from gradleak_bench.victims.zoo import check_checkpoint, victim_of
 
     spec = get_task(task)
-    name = victim_of(spec, victim).name
+    victim_spec = victim_of(spec, victim)
     backend, files = resolve_backend(backend, spec, split, tuple(scenes))
-    return split_config(spec, name, check_checkpoint(checkpoint), split, episodes_per_layout, seed, protocol,
-                        backend, files)
+    return spec, victim_spec, split_config(spec, victim_spec.name, check_checkpoint(checkpoint), split,
+                                           episodes_per_layout, seed, protocol, backend, files)
 
 
 def resolve_backend(name: str, task: TaskSpec, split: str = "test",

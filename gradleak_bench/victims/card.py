@@ -26,7 +26,7 @@ import numpy as np
 
 from gradleak_bench.errors import CorruptFileError
 from gradleak_bench.paths import atomic_write_bytes, cache_dir
-from gradleak_bench.victims.zoo import VictimSpec, check_checkpoint
+from gradleak_bench.victims.zoo import VictimSpec
 
 CARD_FORMAT = "gradleak-bench-victim-card/1"
 # Where torch picks its CPU kernels; a cached gradient was computed on one of these paths.
@@ -151,9 +151,9 @@ Located = tuple[Path, str]
 
 
 def locate(spec: VictimSpec, checkpoint: str) -> Located | None:
-    """The weights file and sha256 of a checkpoint on disk written for this spec, else None (no file: an
-    ``init`` rebuilt from its seed; or a file written for another spec, which loading it reports)."""
-    check_checkpoint(checkpoint)
+    """The weights file and sha256 of a checkpoint (a checked name: ``init`` or ``trained``) on disk written
+    for this spec, else None (no file: an ``init`` rebuilt from its seed; or a file written for another spec,
+    which loading it reports)."""
     directory = find_checkpoint(spec, checkpoint)
     if directory is None:
         return None
