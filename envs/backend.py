@@ -288,6 +288,22 @@ def backend_class(name: str) -> type:
     return _ADAPTERS[name]
 
 
+def require_backend(name: str) -> type:
+    """The adapter class of a backend whose simulator package is installed: the check a command makes before
+    anything starts (a run, a dataset), so a missing simulator is one message saying what to install.
+
+    Raises:
+        UnknownNameError: For an unknown backend (close matches named).
+        MissingDependencyError: When its simulator package is not installed (the adapter's optional
+            ``check_installed`` class method, which raises it with the install command).
+    """
+    adapter = backend_class(name)
+    check = getattr(adapter, "check_installed", None)
+    if check is not None:
+        check()
+    return adapter
+
+
 def as_int_layout(value: Any) -> Any:
     """numpy integers as Python ints (other values unchanged), for layout-id checks."""
     return int(value) if isinstance(value, np.integer) else value

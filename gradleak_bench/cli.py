@@ -112,6 +112,12 @@ def list_() -> None:
     _say(out)
 
 
+BACKEND_HELP = ("simulator of the episodes: pybullet (default, embedded; the only one with official splits and "
+                "the leaderboard), ai2thor or habitat where installed (an unofficial run; docs/backends.md)")
+SCENES_HELP = ("with --backend habitat: a scene file or a folder of them (repeatable), the layouts of the split "
+               "(Habitat takes scenes by path; docs/backends.md)")
+
+
 @app.command()
 def generate(
     task: str = typer.Argument("PointNav", help="task name, e.g. PointNav or ActivePerception"),
@@ -126,6 +132,8 @@ def generate(
     executor: str = typer.Option("local", help="local (this process) or ray (one layout per Ray task; docs/scale-out.md)"),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address (HOST:PORT, ray://HOST:10001 or auto; "
                                               "default: start a local Ray instance)"),
+    backend: str = typer.Option("pybullet", help=BACKEND_HELP),
+    scenes: list[Path] = typer.Option([], "--scenes", help=SCENES_HELP),
 ) -> None:
     """Generate (or re-verify) an episode dataset; print its split identity and a summary.
 
@@ -136,11 +144,14 @@ def generate(
     """
     import numpy as np
 
+    from gradleak_bench.run.executors import get_executor
+    from gradleak_bench.run.plan import resolve_split
+
+    # names resolved (and a missing simulator refused) before anything is generated
+    config = resolve_split(task, victim, checkpoint, split, episodes, seed, protocol, backend,
+                           tuple(str(s) for s in scenes))
     from gradleak_bench import dataset as datasets
 
-    from gradleak_bench.run.executors import get_executor
-
-    config = datasets.standard_config(task, victim, checkpoint, split, episodes, seed, protocol)
     with get_executor(executor, ray_address) as ex:
         ds = datasets.load_or_generate(config, path=out / f"{config.key}.h5" if out else None, executor=ex)
     verified = ds.verify()
@@ -161,6 +172,9 @@ def generate(
         identical = _bit_identical(config, verified)
         table.add_row("manifest", "the official split" + (", bit-identical to the recording" if identical else
                       ", float fields within tolerance of the recording (another CPU's rounding)"))
+    elif config.backend != datasets.DEFAULT_BACKEND:
+        table.add_row("manifest", f"no official split on the {config.backend} backend: an unofficial draw "
+                      "(official splits are PyBullet's)")
     else:
         table.add_row("manifest", "no official split of this config: an unofficial draw")
     table.add_row("episodes x steps", f"{len(lengths)} episodes, {lengths.sum()} steps (length {lengths.min()}-{lengths.max()})")
@@ -168,7 +182,7 @@ def generate(
     if actions.ndim == 2:  # continuous (linear, angular, ...) commands: their spread per component
         from gradleak_bench.tasks import get_task
 
-        names = get_task(config.task).action_names
+        names = get_task(config.task).action_names  # the name resolve_split checked
         table.add_row("actions (mean / std / min / max)", "; ".join(
             f"{n} {c.mean():.3f} / {c.std():.3f} / {c.min():.3f} / {c.max():.3f}" for n, c in zip(names, actions.T)))
     else:
@@ -241,6 +255,10 @@ def evaluate(
                                           "never submittable). Default: sealed where the OS can isolate, else unsealed "
                                           "with a one-line note"),
     limit: list[str] = typer.Option([], "--limit", metavar="NAME=VALUE", help=LIMIT_HELP),
+    priors: bool = typer.Option(True, help="also score the gradient-free priors fitted on train layouts and report "
+                                "the leakage over the best of them (--no-priors: skip the fit; docs/priors.md)"),
+    backend: str = typer.Option("pybullet", help=BACKEND_HELP),
+    scenes: list[Path] = typer.Option([], "--scenes", help=SCENES_HELP),
 ) -> None:
     """Score an attack on a task's held-out episodes, behind a defense.
 
@@ -271,13 +289,16 @@ def evaluate(
         defense_params=plugins.parse_params(defense_param), out=str(out or default_run_dir("latest")), wandb=wandb,
         control=control,
         metrics=list(metric) or None, executor=executor, ray_address=ray_address, shard_size=shard_size,
-        gradients=str(gradients) if gradients else None, sealed=sealed, limits=_limits(limit),
+        gradients=str(gradients) if gradients else None, sealed=sealed, limits=_limits(limit), priors=priors,
+        backend=backend, scenes=tuple(str(s) for s in scenes),
     )
     from gradleak_bench.run.executors import get_executor
+    from gradleak_bench.run.plan import resolve
 
     layouts = fresh_layouts(fresh, config)
+    plan = resolve(config)  # every name, before any plug-in process, executor or dataset starts
     with get_executor(executor, ray_address) as ex:  # a missing extra or a bad address fails before any work
-        result = run_evaluate(config, resume=resume, executor=ex, fresh_layouts=layouts)
+        result = run_evaluate(plan, resume=resume, executor=ex, fresh_layouts=layouts)
     _state["durable"] = True  # every file is written and closed, the plug-in processes and the executor ended
     print_summary(result.summary)
     if layouts is not None:
@@ -306,10 +327,12 @@ def fresh_layouts(n: int, config) -> object | None:
 
     clashes = {"--episodes": config.episodes is not None, "--dataset-seed": config.dataset_seed != 0,
                "--gradients": config.gradients is not None, "--executor ray": config.executor != "local",
-               "--unsealed": config.sealed is False, "--split train/val": config.split not in ("test", "test-full")}
+               "--unsealed": config.sealed is False, "--split train/val": config.split not in ("test", "test-full"),
+               f"--backend {config.backend}": config.backend != "pybullet"}
     if bad := [k for k, v in clashes.items() if v]:
         raise GradleakError(f"--fresh {n} scores layouts drawn now and cannot be combined with {', '.join(bad)} "
-                            "(fresh layouts are scored sealed, locally, on the test or test-full protocol)")
+                            "(fresh layouts are PyBullet apartments, scored sealed, locally, on the test or "
+                            "test-full protocol)")
     return FreshLayouts(int.from_bytes(os.urandom(8), "little") >> 1, n)
 
 
@@ -371,6 +394,8 @@ class _Facts:
 SPLIT_ROLES = {
     "development": "the public development split (unofficial: add --fresh N or verify)",
     "fresh": "{n} fresh layouts drawn at run time (official protocol)",
+    "unofficial": "the {backend} backend's public split (unofficial: official splits and the leaderboard are "
+                  "PyBullet's)",
 }
 
 
@@ -388,7 +413,8 @@ def summary_lines(summary: dict, width: int = 80) -> list[str]:
     role = summary.get("split_role")
     if role is not None:
         fresh = summary.get("fresh_layouts") or {}
-        text = SPLIT_ROLES.get(str(role), str(role)).format(n=fresh.get("n", "N") if isinstance(fresh, dict) else "N")
+        text = SPLIT_ROLES.get(str(role), str(role)).format(n=fresh.get("n", "N") if isinstance(fresh, dict) else "N",
+                                                            backend=summary.get("backend", "pybullet"))
         out += _wrapped(f"scored on: {text}", width)
     any_prior = False
     for name, m in summary.get("metrics", {}).items():
@@ -516,10 +542,14 @@ def train_defense_cmd(
     Example: gradleak-bench train-defense dp_sgd -D C=1 -D sigma=0.5 --task ActivePerception --victim reinforce --budget 8192
     """
     from gradleak_bench import plugins
+    from gradleak_bench.run.plan import bind, resolve_split
     from gradleak_bench.victims.defended import train_defense
 
-    report = train_defense(defense, plugins.parse_params(defense_param), task=task, victim=victim, budget=budget,
-                           seed=seed, eval_episodes=eval_episodes, out=out, start=start)
+    # the run's names resolved as every run's are, before any training starts
+    bind("defense", defense)
+    spec = resolve_split(task, victim, start)
+    report = train_defense(defense, plugins.parse_params(defense_param), task=spec.task, victim=spec.victim,
+                           budget=budget, seed=seed, eval_episodes=eval_episodes, out=out, start=start)
     table = Table(title=f"{report['task']}/{report['victim']}, {report['budget']} steps from {start}, seed {report['seed']}: "
                         f"defense {report['defense']['name']} {report['defense']['params']}")
     for col in ("run", "val success", "val return", "steps/s"):
@@ -553,6 +583,7 @@ def grid(
     executor: str = typer.Option("local", help="local (default) or ray: cells and utility runs as Ray tasks"),
     ray_address: Optional[str] = typer.Option(None, help="Ray cluster address (default: start a local one)"),
     limit: list[str] = typer.Option([], "--limit", metavar="NAME=VALUE", help=LIMIT_HELP),
+    backend: str = typer.Option("pybullet", help=BACKEND_HELP),
 ) -> None:
     """Every attack x every defense setting through the runner, each setting's utility cost from
     train-defense, a privacy-utility plot with the Pareto frontier and a table (docs/defenses.md).
@@ -586,7 +617,7 @@ def grid(
         targets=tuple(targets) or STANDARD_TARGETS, checkpoint=checkpoint, split=split, episodes=episodes, seed=seed,
         utility_budget=utility_budget, utility_eval_episodes=utility_eval_episodes, utility_seeds=utility_seeds,
         utility_start=utility_start, out=str(out),
-        executor=executor, ray_address=ray_address, attack_params=params, limits=_limits(limit),
+        executor=executor, ray_address=ray_address, attack_params=params, limits=_limits(limit), backend=backend,
     )
     result = run_grid(config)
     failed = [c for c in result["cells"] if c["status"] == "failed"]
@@ -650,6 +681,8 @@ def verify(
         False, "--check-record", help="check the entry's committed verification record against the fresh "
                                       "layouts scored now instead of writing one (what CI does)"),
     limit: list[str] = typer.Option([], "--limit", metavar="NAME=VALUE", help=LIMIT_HELP),
+    backend: str = typer.Option("pybullet", help="simulator of the re-run: pybullet (default); an entry is "
+                                "verified on PyBullet's official split and fresh layouts, so any other is refused"),
 ) -> None:
     """Re-run an entry's own code on public held-out episodes and on fresh layouts nobody could know in advance.
 
@@ -662,6 +695,13 @@ def verify(
     from gradleak_bench.leaderboard import record as records
     from gradleak_bench.leaderboard.verify import make_record, verify_file
 
+    if backend != "pybullet":
+        from gradleak_bench.envs.backend import backend_class
+
+        backend_class(backend)  # an unknown name is named as such
+        raise GradleakError(f"entries are scored and verified on PyBullet's official split and fresh layouts (the "
+                            f"leaderboard is PyBullet's); a run on the {backend} backend is unofficial: score it "
+                            f"with `gradleak-bench evaluate ... --backend {backend}` (docs/backends.md)")
     result = verify_file(entry, check_committed_record=check_record, episodes=episodes, seed=seed, attack=attack,
                          allow_unofficial=allow_unofficial, progress=True, fresh_layouts=fresh_layouts,
                          limits=_limits(limit))

@@ -21,7 +21,7 @@ import os
 import re
 import warnings
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,11 @@ import numpy as np
 
 from gradleak_bench import split_identity, splits
 from gradleak_bench.errors import ChecksumMismatchError, CorruptFileError, SplitMismatchError
+# the split's description lives in a light module (a run resolves it before importing this one); its names are
+# part of this module's interface (datasets.DatasetConfig, datasets.FIRST8, ...)
+from gradleak_bench.dataset_config import (  # noqa: F401
+    DEFAULT_BACKEND, FIRST8, FULL_SUFFIX, PROTOCOLS, TRACE_WINDOWS, DatasetConfig, check_protocol, split_config,
+)
 from gradleak_bench.paths import cache_dir
 from gradleak_bench.records import Episode
 from gradleak_bench.tasks import get_task, step_truth
@@ -39,64 +44,6 @@ if TYPE_CHECKING:  # torch and SB3 load only when episodes are generated: readin
     from gradleak_bench.victims.checkpoint import LoadedVictim
 
 FORMAT = "gradleak-bench-episodes/2"  # /2: the split identity is stored beside the content sha256
-
-FIRST8 = "first8"
-TRACE_WINDOWS = "trace-windows"
-PROTOCOLS = (FIRST8, TRACE_WINDOWS)
-"""The data protocols (docs/tasks.md, "Data protocols"), for a stored sequence of ``sequence_length`` steps:
-
-* ``first8`` (the default): the first ``sequence_length`` steps after reset; PPO/A2C advantages are GAE over
-  those steps, bootstrapped with the value of the next state, and normalised over them (SB3's unbiased std).
-* ``trace-windows`` (the public TRACE code's data): every episode runs to its end (the task's episode limit);
-  GAE and the advantage normalisation (population std) are computed over the whole episode; the stored window
-  is ``sequence_length`` steps starting at a multiple of ``sequence_length`` (TRACE's non-overlapping
-  evaluation windows), chosen by :func:`window_start` from the episode seed.
-
-In both, a REINFORCE victim's return is the Monte-Carlo return to the end of the whole episode, so its episode
-also runs to its end; and an episode that ends before ``sequence_length`` steps is stored whole (shorter)."""
-
-
-def check_protocol(protocol: str) -> str:
-    if protocol not in PROTOCOLS:
-        from gradleak_bench.errors import UnknownNameError
-
-        raise UnknownNameError("data protocol", protocol, PROTOCOLS)
-    return protocol
-
-
-@dataclass(frozen=True)
-class DatasetConfig:
-    """Everything that determines a dataset's content."""
-
-    task: str
-    victim: str
-    checkpoint: str
-    split: str = "test"
-    episodes_per_layout: int = 4
-    sequence_length: int = 8
-    seed: int = 0
-    manifest: str = splits.MANIFEST_VERSION
-    protocol: str = FIRST8
-
-    @property
-    def key(self) -> str:
-        # The default protocol is not in the key, so every first-8 key, record and leaderboard entry stays valid.
-        protocol = "" if self.protocol == FIRST8 else f"-{self.protocol}"
-        return (f"{self.task}-{self.victim}-{self.checkpoint}-{self.split}-e{self.episodes_per_layout}"
-                f"-t{self.sequence_length}-s{self.seed}{protocol}-{self.manifest}")
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        if self.protocol == FIRST8:  # as the key: first-8 configs hash (identity header, sha256) as before
-            del out["protocol"]
-        return out
-
-
-FULL_SUFFIX = "-full"
-"""A split name ending in this (``test-full``, ``val-full``, ``train-full``) selects the same layouts with full
-episodes: up to the task's episode limit (PointNav 200 steps, ActivePerception 100) instead of the 8-step
-sequences of the standard split. Trajectory attacks need the length (docs/tsp.md)."""
-
 
 def full_episode_length(task: str) -> int:
     """The task's episode limit (its gymnasium ``max_episode_steps``): the length of a ``*-full`` split."""
@@ -107,18 +54,8 @@ def full_episode_length(task: str) -> int:
 def standard_config(task: str, victim: str | None = None, checkpoint: str = "init", split: str = "test",
                     episodes_per_layout: int | None = None, seed: int = 0,
                     protocol: str | None = None) -> DatasetConfig:
-    """The standard dataset of a split; ``split`` may carry :data:`FULL_SUFFIX` (``test-full``): the same
-    layouts, episode seeds and episodes per layout, run to the task's episode limit. ``protocol``: one of
-    :data:`PROTOCOLS` (None: ``first8``)."""
-    spec = get_task(task)
-    full = split.endswith(FULL_SUFFIX)
-    return DatasetConfig(
-        task=spec.name, victim=victim or spec.default_victim, checkpoint=checkpoint,
-        split=split[: -len(FULL_SUFFIX)] if full else split,
-        episodes_per_layout=spec.episodes_per_layout if episodes_per_layout is None else episodes_per_layout,
-        sequence_length=full_episode_length(spec.name) if full else spec.sequence_length, seed=seed,
-        protocol=check_protocol(protocol or FIRST8),
-    )
+    """:func:`~gradleak_bench.dataset_config.split_config` of a task named by the caller (PyBullet)."""
+    return split_config(get_task(task), victim, checkpoint, split, episodes_per_layout, seed, protocol)
 
 
 def episode_seed(seed: int, layout_id: int, index: int) -> int:
@@ -250,9 +187,19 @@ def plan(config: DatasetConfig) -> list[tuple[str, int, int]]:
     """(episode_id, layout_id, episode seed) of every episode of the dataset, in canonical order."""
     return [
         (f"L{layout:03d}-E{index:02d}", layout, episode_seed(config.seed, layout, index))
-        for layout in splits.layouts(config.split, config.manifest)
+        for layout in layout_ids(config)
         for index in range(config.episodes_per_layout)
     ]
+
+
+def layout_ids(config: DatasetConfig) -> tuple[int, ...]:
+    """The layout ids of the dataset's split: the manifest's on PyBullet; on another backend its own split
+    (AI2-THOR's iTHOR manifest) or its scene files (Habitat: indices into them), as its env resolves them."""
+    if config.backend == DEFAULT_BACKEND:
+        return splits.layouts(config.split, config.manifest)
+    from gradleak_bench.envs.backend import backend_class
+
+    return tuple(backend_class(config.backend).resolve_layouts(config.layouts))
 
 
 def recorded_actions(config: DatasetConfig) -> dict[str, tuple[int, ...]]:
@@ -313,8 +260,8 @@ class LayoutWorker:
             from gradleak_bench.victims.checkpoint import load_victim
 
             victim = load_victim(self.config.task, self.config.victim, self.config.checkpoint)
-            env = gym.make(get_task(self.config.task).gym_id, layouts=self.config.split,
-                           image_size=victim.spec.image_size)
+            env = gym.make(get_task(self.config.task).gym_id, layouts=self.config.layouts,
+                           image_size=victim.spec.image_size, backend=self.config.backend)
             self._state = (victim, env)
         victim, env = self._state
         from gradleak_bench.victims.policies import single_thread

@@ -92,14 +92,23 @@ class PriorConfig:
     dataset_seed: int = TRAIN_DATASET_SEED
     max_steps: int = MAX_FIT_STEPS
     version: int = PRIORS_VERSION
+    # The simulator of the train episodes; left out of to_dict (so of the key and the file) on PyBullet, so
+    # every PyBullet prior keeps its cache file.
+    backend: str = "pybullet"
 
     @property
     def max_episodes(self) -> int:
         return max(1, self.max_steps // self.sequence_length)
 
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.backend == "pybullet":
+            del out["backend"]
+        return out
+
     @property
     def key(self) -> str:
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        digest = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
         return f"{self.task}-{self.victim}-{self.checkpoint}-t{self.sequence_length}-{digest}"
 
 
@@ -331,7 +340,7 @@ def save(priors: PriorSet, path: Path) -> None:
 
     tensors = {f"{p.name}/{p.field}": np.ascontiguousarray(p.values) for p in priors.priors}
     index = [{"name": p.name, "field": p.field, "kind": p.kind, "description": p.description} for p in priors.priors]
-    meta = {"format": FORMAT, "config": json.dumps(asdict(priors.config), sort_keys=True),
+    meta = {"format": FORMAT, "config": json.dumps(priors.config.to_dict(), sort_keys=True),
             "priors": json.dumps(index), "n_episodes": str(priors.n_episodes), "n_steps": str(priors.n_steps),
             "fit_seconds": repr(float(priors.fit_seconds))}
     atomic_write_bytes(path, to_bytes(tensors, metadata=meta))
@@ -354,7 +363,7 @@ def load(path: Path, config: PriorConfig) -> PriorSet:
         tensors = load_file(str(path))
         if meta.get("format") != FORMAT:
             raise ValueError(f"format {meta.get('format')!r}, expected {FORMAT!r}")
-        if json.loads(meta["config"]) != asdict(config):
+        if json.loads(meta["config"]) != config.to_dict():
             raise ValueError("it was fitted for another configuration")
         priors = tuple(_checked_prior(entry, tensors) for entry in json.loads(meta["priors"]))
         return PriorSet(config, priors, int(meta["n_episodes"]), int(meta["n_steps"]), float(meta["fit_seconds"]))
@@ -389,7 +398,7 @@ def train_episodes(config: PriorConfig, progress: bool = False) -> Iterator[Epis
     ds_config = datasets.DatasetConfig(
         task=config.task, victim=config.victim, checkpoint=config.checkpoint, split="train",
         episodes_per_layout=config.episodes_per_layout, seed=config.dataset_seed,
-        sequence_length=config.sequence_length,
+        sequence_length=config.sequence_length, backend=config.backend,
     )
     if config.max_episodes >= len(datasets.plan(ds_config)):
         return iter(datasets.load_or_generate(ds_config, progress=progress))
@@ -425,7 +434,8 @@ STEPS_ENV = "GRADLEAK_BENCH_PRIOR_STEPS"
 """Overrides :data:`MAX_FIT_STEPS` (the test suite fits on a few steps); it is part of the cache key."""
 
 
-def config_for(task: str, victim: str, checkpoint: str, sequence_length: int) -> PriorConfig:
+def config_for(task: str, victim: str, checkpoint: str, sequence_length: int,
+               backend: str = "pybullet") -> PriorConfig:
     """The standard :class:`PriorConfig` for a held-out dataset of ``sequence_length`` steps.
 
     Raises:
@@ -436,7 +446,7 @@ def config_for(task: str, victim: str, checkpoint: str, sequence_length: int) ->
         raise GradleakError(f"{STEPS_ENV}={raw!r} is not a positive number of train steps; unset it (default "
                             f"{MAX_FIT_STEPS}) or set it to e.g. 1024.")
     return PriorConfig(task=task, victim=victim, checkpoint=checkpoint, sequence_length=int(sequence_length),
-                       max_steps=int(raw))
+                       max_steps=int(raw), backend=backend)
 
 
 # ------------------------------------------------------------------------------------------ scorer references
@@ -530,7 +540,8 @@ def references_for(dataset: Any, fields: Iterable[str], progress: bool = False) 
     from gradleak_bench.paths import cache_dir
 
     cfg = dataset.config
-    priors = load_or_fit(config_for(cfg.task, cfg.victim, cfg.checkpoint, cfg.sequence_length), progress)
+    priors = load_or_fit(config_for(cfg.task, cfg.victim, cfg.checkpoint, cfg.sequence_length, cfg.backend),
+                         progress)
     fresh = str(cfg.split).startswith("fresh")
     folder = None if fresh else str(cache_dir() / "priors" / "scores" / f"{priors.config.key}-{dataset.sha256[:16]}")
     return references(priors, fields, folder)

@@ -14,10 +14,12 @@ import pytest
 
 from gradleak_bench import dataset as datasets
 from gradleak_bench.run.config import EvaluateConfig
+from gradleak_bench.run.plan import resolve
 from gradleak_bench.run.released import MAX_EPISODE_BYTES, ReleasedGradients, cacheable
 from gradleak_bench.run.sandbox import isolation
 from gradleak_bench.run.setup import gradient_source, make_gradients, run_victim
 from gradleak_bench.victims import card as cards
+from gradleak_bench.victims.zoo import get_victim
 
 # An attack that fails its episode if its process has torch or SB3 loaded, and otherwise reads the actions off
 # the policy head's bias gradient, with numpy.
@@ -88,7 +90,7 @@ def test_a_warm_run_loads_no_torch_and_scores_what_the_cold_run_scored(tmp_path,
 
 def _setup():
     cfg = EvaluateConfig(attack="closed_form", victim="ppo_compact")
-    card, victim, gradients = run_victim(cfg, load=True)
+    card, victim, gradients = run_victim(resolve(cfg), load=True)
     dataset = datasets.load_or_generate(datasets.standard_config("PointNav", "ppo_compact"), progress=False)
     return cfg, card, victim, gradients, dataset
 
@@ -96,7 +98,7 @@ def _setup():
 def test_cached_gradients_are_the_exact_gradients_bit_for_bit(tmp_path):
     cfg, card, victim, gradients, dataset = _setup()
     reads = ("action_net.weight", "action_net.bias")
-    source = gradient_source(cfg, card, victim, gradients, reads, dataset, fresh=False)
+    source = gradient_source(resolve(cfg), card, victim, gradients, reads, dataset, fresh=False)
     assert isinstance(source, ReleasedGradients)
     episode = dataset.episode(sorted(dataset.episode_ids)[0])
     first = source(episode).arrays  # computed (or read, if another test wrote it) and cached
@@ -130,13 +132,13 @@ def test_a_bad_cache_file_is_recomputed_and_rewritten(tmp_path):
 def test_only_undefended_read_gradients_of_a_checkpoint_file_are_kept(tmp_path):
     cfg, card, victim, gradients, dataset = _setup()
     reads = ("action_net.bias",)
-    assert isinstance(gradient_source(cfg, card, victim, gradients, reads, dataset, fresh=False), ReleasedGradients)
+    assert isinstance(gradient_source(resolve(cfg), card, victim, gradients, reads, dataset, fresh=False), ReleasedGradients)
     kept_none = [
-        gradient_source(cfg, card, victim, gradients, None, dataset, fresh=False),  # the attack reads every one
-        gradient_source(cfg, card, victim, gradients, reads, dataset, fresh=True),  # fresh layouts: never on disk
-        gradient_source(EvaluateConfig(attack="closed_form", victim="ppo_compact", defense="clip_norm"), card, victim,
+        gradient_source(resolve(cfg), card, victim, gradients, None, dataset, fresh=False),  # the attack reads every one
+        gradient_source(resolve(cfg), card, victim, gradients, reads, dataset, fresh=True),  # fresh layouts: never on disk
+        gradient_source(resolve(EvaluateConfig(attack="closed_form", victim="ppo_compact", defense="clip_norm")), card, victim,
                         gradients, reads, dataset, fresh=False),  # a defense's draws belong to its run
-        gradient_source(EvaluateConfig(attack="closed_form", victim="ppo_compact", defense_params={"C": 1.0}), card,
+        gradient_source(resolve(EvaluateConfig(attack="closed_form", victim="ppo_compact", defense_params={"C": 1.0})), card,
                         victim, gradients, reads, dataset, fresh=False),
     ]
     assert not any(isinstance(s, ReleasedGradients) for s in kept_none)
@@ -149,12 +151,12 @@ def test_only_undefended_read_gradients_of_a_checkpoint_file_are_kept(tmp_path):
 
 
 def test_the_card_key_changes_with_what_the_gradients_depend_on(monkeypatch):
-    spec = cards.get_victim("PointNav", "ppo_compact")
+    spec = get_victim("PointNav", "ppo_compact")
     key = cards.card_key(spec, "init", "a" * 64)
     assert cards.card_key(spec, "init", "a" * 64) == key
     assert cards.card_key(spec, "init", "b" * 64) != key  # other checkpoint bytes
     assert cards.card_key(spec, "trained", "a" * 64) != key
-    assert cards.card_key(cards.get_victim("PointNav", "ppo"), "init", "a" * 64) != key
+    assert cards.card_key(get_victim("PointNav", "ppo"), "init", "a" * 64) != key
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
     assert cards.card_key(spec, "init", "a" * 64) != key  # another CPU kernel path
     monkeypatch.delenv("ATEN_CPU_CAPABILITY")
@@ -162,30 +164,35 @@ def test_the_card_key_changes_with_what_the_gradients_depend_on(monkeypatch):
     assert cards.card_key(spec, "init", "a" * 64) != key  # other code computing the gradients
 
 
+def _found_card():
+    spec = get_victim("PointNav", "ppo_compact")
+    return cards.find_card(spec, "init", cards.locate(spec, "init"))
+
+
 def test_the_card_matches_the_loaded_victim_and_a_bad_card_is_rewritten(cache_dir):
     from gradleak_bench.victims.checkpoint import load_victim
 
     cfg = EvaluateConfig(attack="closed_form", victim="ppo_compact")
-    card, victim, gradients = run_victim(cfg, load=True)
+    card, victim, gradients = run_victim(resolve(cfg), load=True)
     loaded = load_victim("PointNav", "ppo_compact", "init")
     assert card.gradient_shapes == gradients.param_shapes and list(card.gradient_shapes) == list(gradients.param_shapes)
     assert card.policy_head == ("action_net.weight", "action_net.bias") and card.n_actions == 5
     arrays = card.arrays()
     state = loaded.policy.state_dict()
     assert all(np.array_equal(arrays[k], state[k].numpy()) for k in arrays)
-    assert cards.find_card("PointNav", "ppo_compact", "init") == card
+    assert _found_card() == card
     path = os.path.join(cache_dir, "victim-cards", f"{card.key}.json")
     with open(path, "w") as f:
         f.write('{"format": "gradleak-bench-victim-card/1", "key": "')  # truncated
-    assert cards.find_card("PointNav", "ppo_compact", "init") is None  # -> the run loads the victim with torch
-    assert run_victim(cfg)[1] is not None and cards.find_card("PointNav", "ppo_compact", "init") == card
-    assert run_victim(cfg)[1] is None  # warm: no policy loaded
+    assert _found_card() is None  # -> the run loads the victim with torch
+    assert run_victim(resolve(cfg))[1] is not None and _found_card() == card
+    assert run_victim(resolve(cfg))[1] is None  # warm: no policy loaded
 
 
 def test_an_edited_checkpoint_file_is_refused_on_the_warm_path_too(tmp_path, monkeypatch):
     from gradleak_bench.errors import CorruptFileError
 
-    card, _, _ = run_victim(EvaluateConfig(attack="closed_form", victim="ppo_compact"), load=True)
+    card, _, _ = run_victim(resolve(EvaluateConfig(attack="closed_form", victim="ppo_compact")), load=True)
     edited = tmp_path / "init.safetensors"
     data = bytearray(card.weights.read_bytes())
     data[-1] ^= 1

@@ -132,6 +132,11 @@ class AI2ThorBackend(SceneBackend):
 
     name = "ai2thor"
 
+    @classmethod
+    def check_installed(cls) -> None:
+        """Raise :class:`MissingDependencyError` (with the install command) when ``ai2thor`` is missing."""
+        _ai2thor_controller()
+
     def room(self) -> int:
         return 0  # an iTHOR scene is one room
 

@@ -90,6 +90,17 @@ class HabitatBackend(SceneBackend):
 
     name = "habitat"
 
+    @classmethod
+    def scene_list(cls, layouts: Any) -> list[str]:
+        """The scene files a ``layouts`` argument names (a file, a folder, or a list of files), absolute: what
+        a dataset of this backend is keyed by."""
+        return [os.path.abspath(f) for f in scene_files(layouts)]
+
+    @classmethod
+    def check_installed(cls) -> None:
+        """Raise :class:`MissingDependencyError` (with the conda command) when ``habitat_sim`` is missing."""
+        _import_habitat()
+
     def __init__(self, layouts: Any, layout_ids: tuple[int, ...], image_size: int, fov: float = 90.0,
                  targets: bool = False, render_size: int | None = None, sensor_height: float = 1.0,
                  scene_dataset_config: str | None = None, n_points: int = 2000, gpu_device_id: int = 0,

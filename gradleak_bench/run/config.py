@@ -1,7 +1,7 @@
 """What one evaluation run is (:class:`EvaluateConfig`), recorded in results.json and the W&B config."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gradleak_bench.errors import GradleakError
@@ -57,10 +57,29 @@ class EvaluateConfig:
     # bytes returned and printed per call (gradleak_bench/run/limits.py; `--limit NAME=VALUE`). Recorded in
     # results.json, not part of the run's fingerprint: raising one resumes the run.
     limits: PluginLimits = field(default_factory=PluginLimits)
+    # The simulator the held-out episodes run on (docs/backends.md): official splits and the leaderboard are
+    # PyBullet's, so a run on another one is unofficial. ``scenes``: the scene files of a backend that takes
+    # its layouts by path (Habitat). Both are recorded only off their defaults (:meth:`to_dict`), so a PyBullet
+    # run's results.json, W&B config and resume state are what they were before backends entered the run.
+    backend: str = "pybullet"
+    scenes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.limits, PluginLimits):  # a dict, e.g. read back from a run's state
             object.__setattr__(self, "limits", PluginLimits.from_dict(self.limits))
+        if not isinstance(self.scenes, tuple):
+            object.__setattr__(self, "scenes", tuple(str(s) for s in self.scenes))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The recorded form (results.json's run, the W&B config, the resume state)."""
+        out = asdict(self)
+        if self.backend == "pybullet":
+            del out["backend"]
+        if self.scenes:
+            out["scenes"] = list(self.scenes)
+        else:
+            del out["scenes"]
+        return out
 
 
 def check_config(config: EvaluateConfig) -> None:

@@ -12,7 +12,7 @@ import json
 import math
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,14 +25,15 @@ from gradleak_bench.errors import (AttackNotApplicableError, GradleakError, Plug
 from gradleak_bench.metrics import select_metrics
 from gradleak_bench.paths import atomic_write_bytes, dumps_strict
 from gradleak_bench.records import TRUTH_FIELDS
-from gradleak_bench.run.config import EvaluateConfig, check_config
+from gradleak_bench.dataset_config import DEFAULT_BACKEND
+from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.fresh import FreshLayouts, generate_fresh
 from gradleak_bench.run.sandbox import PluginFailure, PluginProcess
 from gradleak_bench.run.setup import (attack_reads, fit_request, gradient_source, plugin_step, run_victim, send_victim,
                                       start_plugins)
 from gradleak_bench.run.scorer import Controls, EpisodeRow, Reference, summarise_metrics
+from gradleak_bench.run.plan import RunPlan, resolve
 from gradleak_bench.run.store import RunStore
-from gradleak_bench.tasks import get_task
 
 if TYPE_CHECKING:
     from gradleak_bench.run.pipeline import Context
@@ -67,9 +68,12 @@ def select_episodes(dataset: Any, n: int | None, sample_seed: int | None = None)
     return [ids[i] for i in sorted(picked)]
 
 
-def evaluate(config: EvaluateConfig, progress: bool = True, executor: Any = None, resume: bool = True,
+def evaluate(config: EvaluateConfig | RunPlan, progress: bool = True, executor: Any = None, resume: bool = True,
              fresh_layouts: FreshLayouts | None = None, references: list[Reference] | None = None) -> RunResult:
     """Run one evaluation and write ``results.json``, ``episodes.csv`` and ``episodes.jsonl`` to ``config.out``.
+
+    ``config`` is resolved into its :class:`~gradleak_bench.run.plan.RunPlan` first (a plan passes through):
+    an unknown name fails before any plug-in process starts or any dataset is read.
 
     ``fresh_layouts`` scores on fresh layouts drawn from a secret seed instead of the split's (generated here
     after the plug-in processes have started; never written to disk). ``references`` are gradient-free
@@ -77,26 +81,26 @@ def evaluate(config: EvaluateConfig, progress: bool = True, executor: Any = None
     memory stays flat in the number of episodes. Filesystem errors are one message (exit 2), never a
     traceback, and lose nothing finished.
     """
+    plan = resolve(config)
     try:
-        return _evaluate(config, progress, executor, resume, fresh_layouts, list(references or []))
+        return _evaluate(plan, progress, executor, resume, fresh_layouts, list(references or []))
     except OSError as exc:
         raise RunStateError(
-            f"cannot write the run to {config.out}: {exc.strerror or exc} ({exc.filename or ''}). Finished episodes "
+            f"cannot write the run to {plan.config.out}: {exc.strerror or exc} ({exc.filename or ''}). Finished episodes "
             "are kept in its .gradleak-run folder; free space or fix permissions (or pass another --out) and run "
             "the same command again to resume.") from None
 
 
-def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: bool,
+def _evaluate(plan: RunPlan, progress: bool, executor: Any, resume: bool,
               fresh: FreshLayouts | None, references: list[Reference]) -> RunResult:
     from gradleak_bench.paths import cache_dir
 
-    check_config(config)
-    task = get_task(config.task)
-    config, mechanism = _sealing(config, fresh)
+    config, mechanism = _sealing(plan.config, fresh)
+    plan = plan.with_config(config)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     hidden = [cache_dir(), out.resolve()]
-    attack, defense = start_plugins(config, hidden)  # before any truth is loaded, and before torch is imported
+    attack, defense = start_plugins(plan, hidden)  # before any truth is loaded, and before torch is imported
     tracked = None
     try:
         tracked = _start_tracking(config)
@@ -104,7 +108,7 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
         from gradleak_bench.run.pipeline import Context
 
         # a warm run has the victim's card and the read gradients cached: it never loads the policy (torch)
-        card, victim, gradients = run_victim(config, load=fresh is not None)
+        card, victim, gradients = run_victim(plan, load=fresh is not None)
         n_actions = send_victim([attack, defense], card, victim)
         fields = _attack_fields(attack)
         if attack.has("supports"):
@@ -115,20 +119,18 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
         if defense is not None and defense.has("check"):  # victim-dependent parameters, before any work
             plugin_step(defense, "check", lambda: defense.call("check"))
         if fresh is not None:
-            dataset, official = generate_fresh(fresh, victim, config.split), False
+            dataset, official = generate_fresh(fresh, victim, plan.split), False
         else:
-            ds_config = datasets.standard_config(task.name, card.spec.name, config.checkpoint, config.split,
-                                                  seed=config.dataset_seed,
-                                                  protocol=config.protocol or attack.description.get("data_protocol"))
-            dataset = datasets.load_or_generate(ds_config, progress=progress)
+            dataset = datasets.load_or_generate(plan.dataset(attack.description.get("data_protocol")),
+                                                progress=progress)
             official = datasets.check_official(dataset)
         if hasattr(gradients, "check_dataset"):  # external gradients must belong to this dataset's episodes
             gradients.check_dataset(dataset)
         reads = attack_reads(attack, card.gradient_shapes)
-        gradients = gradient_source(config, card, victim, gradients, reads, dataset, fresh is not None)
+        gradients = gradient_source(plan, card, victim, gradients, reads, dataset, fresh is not None)
         episode_ids = select_episodes(dataset, config.episodes, config.sample_seed)
         metrics, notes = select_metrics(config.metrics, fields, f"attack {attack.description['name']!r}",
-                                        task.action_kind)
+                                        plan.task.action_kind)
         if not metrics:
             raise GradleakError(f"nothing to score: no metric scores the fields {list(fields)} that attack "
                                 f"{attack.description['name']!r} reconstructs (metrics asked: {config.metrics})")
@@ -139,7 +141,7 @@ def _evaluate(config: EvaluateConfig, progress: bool, executor: Any, resume: boo
         rng = np.random.default_rng(config.seed)
         seeds = [int(rng.integers(2**63)) for _ in episode_ids]  # the defense's, in canonical order
         context = Context(dataset, gradients, metrics, attack, defense, config.defense, n_actions, references, reads)
-        run = _Run(config, context, dataset, episode_ids, seeds, out, fresh, mechanism, hidden)
+        run = _Run(plan, context, dataset, episode_ids, seeds, out, fresh, mechanism, hidden)
         store = run.compute(executor, resume, progress)
         try:
             guarantees = _guarantees(defense, n_actions)
@@ -236,20 +238,21 @@ def defense_guarantees(defense: Any, info: Any) -> dict[str, float]:
 class _Run:
     """The units of one run: fit, compute, controls, summary, files."""
 
-    def __init__(self, config: EvaluateConfig, context: Context, dataset: Any, episode_ids: list[str],
+    def __init__(self, plan: RunPlan, context: Context, dataset: Any, episode_ids: list[str],
                  seeds: list[int], out: Path, fresh: FreshLayouts | None, mechanism: str | None, hidden: list[Path]):
-        self.config, self.context, self.dataset, self.episode_ids = config, context, dataset, episode_ids
+        self.plan, self.config = plan, plan.config
+        self.context, self.dataset, self.episode_ids = context, dataset, episode_ids
         self.seeds, self.out, self.fresh, self.mechanism, self.hidden = seeds, out, fresh, mechanism, hidden
         self.fit_seconds = 0.0
-        self.needs_recon = config.control or config.wandb != "disabled"
+        self.needs_recon = self.config.control or self.config.wandb != "disabled"
         self.controls = Controls(context.metrics, dataset.episode, lambda e: self.store.reconstruction(e),
-                                 enabled=config.control)
+                                 enabled=self.config.control)
 
     def key(self) -> str:
         from gradleak_bench.run.store import file_sha256, fingerprint
 
         cfg = self.config
-        fields = {k: v for k, v in asdict(cfg).items()
+        fields = {k: v for k, v in cfg.to_dict().items()
                   if k not in ("out", "wandb", "control", "executor", "ray_address", "shard_size", "limits")}
         fields.update(attack_file=file_sha256(cfg.attack), defense_file=file_sha256(cfg.defense),
                       gradients_sha256=getattr(self.context.gradients, "sha256", None),
@@ -264,7 +267,7 @@ class _Run:
         from gradleak_bench.run.executors import get_executor
 
         key = self.key()
-        self.store = store = RunStore(self.out, key, {"config": asdict(self.config), "episode_ids": self.episode_ids},
+        self.store = store = RunStore(self.out, key, {"config": self.config.to_dict(), "episode_ids": self.episode_ids},
                                       resume=resume)
         if store.discarded and resume:  # --no-resume asked for it: nothing to warn about
             warnings.warn(f"{self.out}: not resuming the earlier run there ({store.discarded}); starting fresh",
@@ -324,7 +327,7 @@ class _Run:
             raise GradleakError("fresh-layout scoring runs on the local executor only (its truth never leaves the "
                                 "scorer's process)")
         units = plan_units([(i, self.episode_ids[i], self.seeds[i]) for i in todo], self.config.shard_size)
-        worker = EpisodeWorker(self.config, self.dataset.config, self.dataset.identity, key, self.context,
+        worker = EpisodeWorker(self.plan, self.dataset.config, self.dataset.identity, key, self.context,
                                tuple(str(p) for p in self.hidden))
         if remote:
             worker.context = None  # a Ray worker builds its own, with its own sealed plug-in processes
@@ -386,7 +389,7 @@ class _Run:
             "sealed": config.sealed, "isolation": self.mechanism, "limits": config.limits.to_dict(),
             "plugin_usage": {p.kind: p.usage() for p in (self.context.attack, self.context.defense)
                              if p is not None and p.sealed},
-            "split_role": split_role(config.split, self.fresh is not None),
+            "split_role": split_role(config.split, self.fresh is not None, config.backend),
             # the seed is published only now, after every episode is scored (the commitment was fixed before)
             "fresh_layouts": None if self.fresh is None else {"n": self.fresh.n, "commitment": self.fresh.commitment,
                                                               "seed": int(self.fresh.seed)},
@@ -399,15 +402,21 @@ class _Run:
         }
         if problems:
             summary["problems"] = problems
+        if config.backend != DEFAULT_BACKEND:  # recorded off the default only: PyBullet summaries are unchanged
+            summary["backend"] = config.backend
         return summary
 
 
-def split_role(split: str, fresh: bool) -> str | None:
+def split_role(split: str, fresh: bool, backend: str = DEFAULT_BACKEND) -> str | None:
     """What a run's score stands for: ``development`` for the public held-out split (anyone can regenerate its
     episodes from public code, so its score is never an official one), ``fresh`` for layouts drawn from
-    os.urandom after the plug-ins started (the official protocol, docs/leaderboard.md); None for train and val."""
+    os.urandom after the plug-ins started (the official protocol, docs/leaderboard.md); ``unofficial`` for any
+    split of another backend than PyBullet (official splits and the leaderboard are PyBullet's); None for
+    PyBullet's train and val."""
     if fresh:
         return "fresh"
+    if backend != DEFAULT_BACKEND:
+        return "unofficial"
     return "development" if split in ("test", "test-full") else None
 
 
@@ -456,9 +465,10 @@ class Scorer:
     loads (or, with ``fresh_layouts``, generates) the truth in this process and scores. It never imports the
     plug-ins' code, so calling it in-process is safe from them."""
 
-    def __init__(self, config: EvaluateConfig, references: list[Reference] | None = None):
-        self.config, self.references = config, list(references or [])
+    def __init__(self, config: EvaluateConfig | RunPlan, references: list[Reference] | None = None):
+        self.plan, self.references = resolve(config), list(references or [])  # unknown names fail here
+        self.config = self.plan.config
 
     def evaluate(self, fresh_layouts: FreshLayouts | None = None, progress: bool = False, executor: Any = None,
                  resume: bool = True) -> RunResult:
-        return evaluate(self.config, progress, executor, resume, fresh_layouts, self.references)
+        return evaluate(self.plan, progress, executor, resume, fresh_layouts, self.references)

@@ -70,17 +70,22 @@ class FreshDataset:
         return (self._episodes[e] for e in self.episode_ids)
 
 
-def generate_fresh(fresh: FreshLayouts, victim: Any, split: str) -> FreshDataset:
-    """The fresh episodes of ``victim`` (steps per episode as in ``split``: ``test`` or ``test-full``)."""
+def generate_fresh(fresh: FreshLayouts, victim: Any, split: Any) -> FreshDataset:
+    """The fresh episodes of ``victim`` in the shape of the run's held-out ``split`` (a resolved
+    :class:`~gradleak_bench.dataset_config.DatasetConfig`: steps per episode as ``test`` or ``test-full``), always
+    first-8 windows."""
     import dataclasses
 
     from gradleak_bench import dataset as datasets
     from gradleak_bench.envs.pybullet.household import FreshLayoutIds
     from gradleak_bench.run.episodes import generate_episodes
-    if victim.spec.task not in ("PointNav", "ActivePerception"):
-        raise GradleakError(f"fresh layouts need a procedural task (PointNav, ActivePerception), not {victim.spec.task}")
-    base = datasets.standard_config(victim.spec.task, victim.spec.name, victim.checkpoint, split,
-                                    fresh.episodes_per_layout, seed=0)
+    if split.task not in ("PointNav", "ActivePerception"):
+        raise GradleakError(f"fresh layouts need a procedural task (PointNav, ActivePerception), not {split.task}")
+    if split.backend != datasets.DEFAULT_BACKEND:
+        raise GradleakError(f"fresh layouts are PyBullet's procedural apartments, not the {split.backend} "
+                            "backend's scenes: drop --fresh or --backend")
+    base = dataclasses.replace(split, episodes_per_layout=fresh.episodes_per_layout, seed=0,
+                               protocol=datasets.FIRST8)
     config = dataclasses.replace(base, split=f"fresh-{fresh.commitment[:12]}")
     ids = fresh.layout_ids()
     entries = [(f"F{i:03d}-E{j:02d}", layout, datasets.episode_seed(int(fresh.seed) & (2**63 - 1), layout, j))

@@ -115,10 +115,14 @@ class GridConfig:
     attack_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The plug-ins' hard limits in every cell (gradleak_bench/run/limits.py; None: the defaults).
     limits: Any = None
+    # The simulator of every cell's episodes (recorded off its default only, as EvaluateConfig.backend).
+    backend: str = "pybullet"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["settings"] = [s.label for s in self.settings]
+        if self.backend == "pybullet":
+            del d["backend"]
         return d
 
 
@@ -135,6 +139,7 @@ class Cell:
     out: str
     attack_params: dict[str, Any] = field(default_factory=dict)
     limits: Any = None
+    backend: str = "pybullet"
 
 
 def _cell_config(cell: Cell) -> Any:
@@ -143,7 +148,7 @@ def _cell_config(cell: Cell) -> Any:
     return EvaluateConfig(attack=cell.attack, task=cell.task, victim=cell.victim, checkpoint=cell.checkpoint,
                           defense=cell.setting.defense, defense_params=dict(cell.setting.params),
                           attack_params=dict(cell.attack_params), split=cell.split, episodes=cell.episodes,
-                          seed=cell.seed, out=cell.out, wandb="disabled",
+                          seed=cell.seed, out=cell.out, wandb="disabled", backend=cell.backend,
                           **({} if cell.limits is None else {"limits": cell.limits}))
 
 
@@ -159,7 +164,7 @@ def _finished(cell: Cell) -> dict[str, Any] | None:
     same = (summary.get("attack"), summary.get("defense"), summary.get("defense_params"), summary.get("victim"),
             summary.get("checkpoint"), summary.get("split"), summary.get("seed")) == \
            (cell.attack, cell.setting.defense, dict(cell.setting.params), cell.victim, cell.checkpoint, cell.split,
-            cell.seed)
+            cell.seed) and summary.get("backend", "pybullet") == cell.backend
     expected = cell.episodes
     return summary if same and (expected is None or summary.get("n_episodes") == expected) else None
 
@@ -264,7 +269,12 @@ def plan(config: GridConfig) -> list[Cell]:
             for setting in config.settings:
                 out = Path(config.out) / "cells" / f"{task}-{victim}-{config.checkpoint}" / attack / setting.slug
                 cells.append(Cell(task, victim, config.checkpoint, attack, setting, config.split, config.episodes,
-                                  config.seed, str(out), config.attack_params.get(attack, {}), config.limits))
+                                  config.seed, str(out), config.attack_params.get(attack, {}), config.limits,
+                                  config.backend))
+    from gradleak_bench.run.plan import resolve
+
+    for cell in cells:  # every cell resolved at the edge: an unknown name stops the grid before any work
+        resolve(_cell_config(cell))
     return cells
 
 
@@ -281,6 +291,9 @@ def run_grid(config: GridConfig, progress: bool = True) -> dict[str, Any]:
     utilities: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     if config.utility_seeds < 1:
         raise GradleakError(f"utility_seeds must be at least 1, got {config.utility_seeds}")
+    if config.utility_budget and config.backend != "pybullet":
+        raise GradleakError(f"the utility runs (train-defense) train on PyBullet's train layouts; a grid on the "
+                            f"{config.backend} backend scores leakage only: drop --utility-budget")
     units = [(task, victim, s, config.utility_budget, config.utility_eval_episodes, config.seed + k, config.utility_start)
              for task, victim in config.targets for s in config.settings
              for k in range(config.utility_seeds)] if config.utility_budget else []

@@ -13,21 +13,23 @@ from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.sandbox import PluginFailure, PluginProcess
 
 if TYPE_CHECKING:
+    from gradleak_bench.run.plan import RunPlan
     from gradleak_bench.victims.card import VictimCard
     from gradleak_bench.victims.checkpoint import LoadedVictim
 
 
-def start_plugins(config: EvaluateConfig, hidden: list[Path]) -> tuple[PluginProcess, PluginProcess | None]:
+def start_plugins(plan: RunPlan, hidden: list[Path]) -> tuple[PluginProcess, PluginProcess | None]:
     """The run's plug-in processes (the defense none needs none: it releases the exact gradients)."""
+    config = plan.config
     # a plug-in whose code cannot be hashed without importing it (module:Class) gets a cache private to the run
     scope = str(Path(config.out).resolve())
-    attack = PluginProcess("attack", config.attack, dict(config.attack_params), config.sealed, hidden,
+    attack = PluginProcess("attack", plan.attack.reference, dict(plan.attack.params), config.sealed, hidden,
                            config.limits, scope)
     defense = None
-    if config.defense != "none" or config.defense_params:
+    if plan.defense is not None:
         try:
-            defense = PluginProcess("defense", config.defense, dict(config.defense_params), config.sealed, hidden,
-                                    config.limits, scope)
+            defense = PluginProcess("defense", plan.defense.reference, dict(plan.defense.params), config.sealed,
+                                    hidden, config.limits, scope)
         except BaseException:
             attack.close()
             raise
@@ -43,18 +45,15 @@ def fit_request(config: EvaluateConfig) -> dict[str, Any]:
     return {"defense": None if defense is None else defense.to_dict()}
 
 
-def run_victim(config: EvaluateConfig, load: bool = False) -> tuple[VictimCard, LoadedVictim | None, Any]:
+def run_victim(plan: RunPlan, load: bool = False) -> tuple[VictimCard, LoadedVictim | None, Any]:
     """The run's victim: its public card and, when its card is not cached yet, its gradients come from a file,
     or ``load`` is asked, the loaded policy (torch) and its gradient source (else both None: a warm run)."""
-    if not (load or config.gradients):
-        from gradleak_bench.victims.card import find_card
+    config = plan.config
+    if not (load or config.gradients) and plan.card is not None:
+        return plan.card, None, None
+    from gradleak_bench.victims.checkpoint import load_spec, victim_card
 
-        card = find_card(config.task, config.victim, config.checkpoint)
-        if card is not None:
-            return card, None, None
-    from gradleak_bench.victims.checkpoint import load_victim, victim_card
-
-    victim = load_victim(config.task, config.victim, config.checkpoint)
+    victim = load_spec(plan.victim, config.checkpoint)
     gradients = make_gradients(config, victim)
     return victim_card(victim, gradients.param_shapes, record=not config.gradients), victim, gradients
 
@@ -72,21 +71,22 @@ def send_victim(processes: list[PluginProcess | None], card: VictimCard, victim:
     return card.n_actions
 
 
-def gradient_source(config: EvaluateConfig, card: VictimCard, victim: LoadedVictim | None, gradients: Any,
+def gradient_source(plan: RunPlan, card: VictimCard, victim: LoadedVictim | None, gradients: Any,
                     reads: tuple[str, ...] | None, dataset: Any, fresh: bool) -> Any:
     """The run's gradient source: the read gradients through the cache when they may be kept
     (:mod:`gradleak_bench.run.released`), else ``gradients`` (built here, loading the victim, if not given)."""
     from gradleak_bench.run.released import ReleasedGradients, cacheable
 
+    config = plan.config
+
     def compute() -> Any:
         if gradients is not None:
             return gradients
-        from gradleak_bench.victims.checkpoint import load_victim
+        from gradleak_bench.victims.checkpoint import load_spec
 
-        return make_gradients(config, victim or load_victim(config.task, config.victim, config.checkpoint))
+        return make_gradients(config, victim or load_spec(plan.victim, config.checkpoint))
 
-    defended = config.defense != "none" or bool(config.defense_params)
-    if not (defended or fresh or config.gradients) and cacheable(card, reads, dataset.config.sequence_length):
+    if not (plan.defended or fresh or config.gradients) and cacheable(card, reads, dataset.config.sequence_length):
         return ReleasedGradients(card, dataset.sha256, reads, compute)
     return compute()
 

@@ -6,7 +6,8 @@ which order, or whether the run was resumed.
 
 :class:`EpisodeWorker` is the unit function. On the local executor it holds the driver's live context (the
 scorer's dataset and gradient engine, and the run's plug-in processes). Sent to a Ray worker it travels as its
-config only: nothing executable (no pickled attack) is ever sent to a plug-in process. The Ray worker rebuilds
+resolved plan (:class:`~gradleak_bench.run.plan.RunPlan`: specs and names, no name looked up again) only:
+nothing executable (no pickled attack) is ever sent to a plug-in process. The Ray worker rebuilds
 once per worker process the victim, the gradient engine and the dataset (from its cache, checked against the
 driver's split identity), and starts its own sealed plug-in processes, which live as long as that worker
 process; an attack with ``fit`` fits there once, on its own auxiliary data (an attack that learns keeps its
@@ -73,9 +74,9 @@ class EpisodeWorker:
     """``worker(unit) -> [(row dict, reconstruction arrays or None, truth or None), ...]``; the truth comes back
     only from a local worker (the driver's controls use it instead of reading it again)."""
 
-    def __init__(self, config: Any, dataset_config: Any, dataset_identity: str, key: str, context: Any,
+    def __init__(self, plan: Any, dataset_config: Any, dataset_identity: str, key: str, context: Any,
                  hidden: tuple[str, ...] = ()):
-        self.config, self.dataset_config, self.dataset_identity, self.key = config, dataset_config, dataset_identity, key
+        self.plan, self.dataset_config, self.dataset_identity, self.key = plan, dataset_config, dataset_identity, key
         self.context = context
         self.hidden = hidden
         self.metric_names = [m.name for m in context.metrics]
@@ -105,9 +106,9 @@ class EpisodeWorker:
 
         if self.cache:  # the driver's cache: the dataset is found there on a single machine
             os.environ["GRADLEAK_BENCH_CACHE"] = self.cache
-        cfg = self.config
-        attack, defense = start_plugins(cfg, [*map(_path, self.hidden)])
-        card, victim, gradients = run_victim(cfg)
+        plan, cfg = self.plan, self.plan.config
+        attack, defense = start_plugins(plan, [*map(_path, self.hidden)])
+        card, victim, gradients = run_victim(plan)
         path = datasets.default_path(self.dataset_config)
         dataset = datasets.open_dataset(path) if path.is_file() else None
         # The split identity, not the content sha256: a node with another CPU writes other float bits for the
@@ -119,10 +120,8 @@ class EpisodeWorker:
                 f"the worker's dataset {dataset.path} has identity {dataset.identity[:16]}..., the driver's "
                 f"{self.dataset_identity[:16]}...: run every node with the same gradleak-bench version")
         from gradleak_bench.metrics import select_metrics
-        from gradleak_bench.tasks import get_task
 
-        metrics, _ = select_metrics(cfg.metrics, attack.description["fields"],
-                                    action_kind=get_task(cfg.task).action_kind)
+        metrics, _ = select_metrics(cfg.metrics, attack.description["fields"], action_kind=plan.task.action_kind)
         if [m.name for m in metrics] != self.metric_names:
             raise GradleakError(f"the worker selected metrics {[m.name for m in metrics]}, the driver "
                                 f"{self.metric_names}: run every node with the same gradleak-bench version")
@@ -132,7 +131,7 @@ class EpisodeWorker:
 
             plugin_step(attack, "fit", lambda: attack.call("fit", fit_request(cfg)))
         reads = attack_reads(attack, card.gradient_shapes)
-        gradients = gradient_source(cfg, card, victim, gradients, reads, dataset, fresh=False)
+        gradients = gradient_source(plan, card, victim, gradients, reads, dataset, fresh=False)
         return Context(dataset, gradients, metrics, attack, defense, cfg.defense, n_actions, self.references, reads)
 
     def __call__(self, unit: Unit) -> list[tuple[dict[str, Any], dict[str, np.ndarray] | None, Any]]:

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import tempfile
 import warnings
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +79,7 @@ class TrackedRun:
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen([sys.executable, str(CHILD)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
-        init = {"project": "gradleak-bench", "mode": config.wandb, "dir": str(self._out), "config": asdict(config),
+        init = {"project": "gradleak-bench", "mode": config.wandb, "dir": str(self._out), "config": config.to_dict(),
                 "job_type": "evaluate", "name": f"{config.attack}-{config.task}-{config.defense}", "reinit": True}
         self._send(init)
 

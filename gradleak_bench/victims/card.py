@@ -26,7 +26,7 @@ import numpy as np
 
 from gradleak_bench.errors import CorruptFileError
 from gradleak_bench.paths import atomic_write_bytes, cache_dir
-from gradleak_bench.victims.zoo import VictimSpec, check_checkpoint, get_victim
+from gradleak_bench.victims.zoo import VictimSpec
 
 CARD_FORMAT = "gradleak-bench-victim-card/1"
 # Where torch picks its CPU kernels; a cached gradient was computed on one of these paths.
@@ -146,9 +146,14 @@ def _card_path(key: str) -> Path:
     return cache_dir() / "victim-cards" / f"{key}.json"
 
 
-def _locate(spec: VictimSpec, checkpoint: str) -> tuple[Path, str] | None:
-    """The weights file and sha256 of a checkpoint on disk written for this spec, else None."""
-    check_checkpoint(checkpoint)
+Located = tuple[Path, str]
+"""A checkpoint file on disk written for a spec: its weights file and the sha256 its JSON records."""
+
+
+def locate(spec: VictimSpec, checkpoint: str) -> Located | None:
+    """The weights file and sha256 of a checkpoint (a checked name: ``init`` or ``trained``) on disk written
+    for this spec, else None (no file: an ``init`` rebuilt from its seed; or a file written for another spec,
+    which loading it reports)."""
     directory = find_checkpoint(spec, checkpoint)
     if directory is None:
         return None
@@ -159,11 +164,9 @@ def _locate(spec: VictimSpec, checkpoint: str) -> tuple[Path, str] | None:
     return directory / f"{checkpoint}.safetensors", sha
 
 
-def find_card(task: str, victim: str | None, checkpoint: str) -> VictimCard | None:
-    """The cached card of a checkpoint file, or None (no file, no card yet, or a card that does not read back:
-    the caller then loads the victim with torch, which records the card)."""
-    spec = get_victim(task, victim)
-    located = _locate(spec, checkpoint)
+def find_card(spec: VictimSpec, checkpoint: str, located: Located | None) -> VictimCard | None:
+    """The cached card of a located checkpoint file (:func:`locate`), or None (no file, no card yet, or a card
+    that does not read back: the caller then loads the victim with torch, which records the card)."""
     if located is None:
         return None
     weights, sha = located
@@ -179,13 +182,14 @@ def find_card(task: str, victim: str | None, checkpoint: str) -> VictimCard | No
         return None
 
 
-def record_card(spec: VictimSpec, checkpoint: str, gradient_shapes: dict[str, tuple[int, ...]], n_actions: int,
+def record_card(spec: VictimSpec, checkpoint: str, located: Located | None,
+                gradient_shapes: dict[str, tuple[int, ...]], n_actions: int,
                 policy_head: tuple[str, str | None] | None, record: bool = True) -> VictimCard:
-    """The card of a loaded victim from facts read off its policy, cached when the checkpoint has a file (an
-    ``init`` rebuilt from its seed has none: its card has no weights and no key, and is never cached). Without
-    ``record`` (shapes that are not the victim's own, as an external gradient file's) it gets no key either."""
+    """The card of a loaded victim from facts read off its policy, cached when the checkpoint has a file
+    (``located``; an ``init`` rebuilt from its seed has none: its card has no weights and no key, and is never
+    cached). Without ``record`` (shapes that are not the victim's own, as an external gradient file's) it gets
+    no key either."""
     shapes = {k: tuple(int(d) for d in v) for k, v in gradient_shapes.items()}
-    located = _locate(spec, checkpoint)
     if located is None:
         return VictimCard(spec, checkpoint, None, None, shapes, int(n_actions), policy_head, None)
     weights, sha = located

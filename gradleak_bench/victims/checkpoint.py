@@ -21,8 +21,8 @@ from gradleak_bench.errors import CorruptFileError, GradleakError
 from gradleak_bench.paths import atomic_write_bytes
 from gradleak_bench.records import VictimInfo, policy_head_names
 # cached_dir and packaged_dir are re-exported (they moved to the torch-free card module)
-from gradleak_bench.victims.card import (VictimCard, cached_dir, find_checkpoint, packaged_dir,  # noqa: F401
-                                         read_meta, record_card)
+from gradleak_bench.victims.card import (Located, VictimCard, cached_dir, find_checkpoint,  # noqa: F401
+                                         packaged_dir, read_meta, record_card)
 from gradleak_bench.victims.policies import action_count, build_policy, env_spaces
 from gradleak_bench.victims.zoo import NOT_LEARNED, VictimSpec, check_checkpoint, get_victim
 
@@ -33,6 +33,8 @@ class LoadedVictim:
     checkpoint: str
     policy: BasePolicy
     meta: dict[str, Any]
+    # the checkpoint file it was read from (weights, sha256); None: rebuilt from its seed, or not from a file
+    located: Located | None = None
 
     @property
     def checkpoint_id(self) -> str:
@@ -82,12 +84,16 @@ def save_checkpoint(policy: BasePolicy, spec: VictimSpec, checkpoint: str, direc
 
 
 def load_victim(task: str, victim: str | None = None, checkpoint: str = "init") -> LoadedVictim:
-    """The victim's policy at a named checkpoint.
+    """The victim ``victim`` of ``task`` at a named checkpoint (:func:`load_spec` of the zoo's spec)."""
+    return load_spec(get_victim(task, victim), checkpoint)
+
+
+def load_spec(spec: VictimSpec, checkpoint: str = "init") -> LoadedVictim:
+    """The policy of a resolved victim spec at a named checkpoint.
 
     ``init`` is rebuilt from its seed when no file exists. ``trained`` must have been committed or trained
     (``gradleak-bench train-victim``); a file written for another spec (config hash) is refused.
     """
-    spec = get_victim(task, victim)
     check_checkpoint(checkpoint)
     directory = find_checkpoint(spec, checkpoint)
     policy = build_policy(spec)
@@ -114,12 +120,12 @@ def load_victim(task: str, victim: str | None = None, checkpoint: str = "init") 
         missing, unexpected = safetensors.torch.load_model(policy, str(weights), strict=True)
     except Exception as exc:  # safetensors raises several types for a bad file
         raise CorruptFileError(f"cannot load {weights}: {exc}") from exc
-    return LoadedVictim(spec, checkpoint, policy.eval(), meta)
+    return LoadedVictim(spec, checkpoint, policy.eval(), meta, (weights, meta["weights_sha256"]))
 
 
 def victim_card(victim: LoadedVictim, gradient_shapes: dict[str, tuple[int, ...]], record: bool = True) -> VictimCard:
     """The public card of a loaded victim; with ``record``, cached when its checkpoint has a file, so the next
     run needs no torch to describe it (:mod:`gradleak_bench.victims.card`)."""
     _, action_space = env_spaces(victim.spec.task, victim.spec.image_size)
-    return record_card(victim.spec, victim.checkpoint, gradient_shapes, action_count(action_space),
+    return record_card(victim.spec, victim.checkpoint, victim.located, gradient_shapes, action_count(action_space),
                        policy_head_names(victim.policy), record)

@@ -14,7 +14,7 @@ from typing import Any
 
 from gradleak_bench.errors import UnknownNameError
 from gradleak_bench.records import LossSpec
-from gradleak_bench.tasks import get_task
+from gradleak_bench.tasks import TaskSpec, get_task
 
 CHECKPOINTS = ("init", "trained")
 
@@ -218,8 +218,12 @@ budget (issue 31: a published ``trained`` checkpoint has measurably learned, doc
 
 
 def get_victim(task: str, name: str | None = None) -> VictimSpec:
-    """The victim ``name`` of ``task`` (the task's default victim when ``name`` is None)."""
-    task_spec = get_task(task)
+    """The victim ``name`` of the task named ``task`` (the task's default victim when ``name`` is None)."""
+    return victim_of(get_task(task), name)
+
+
+def victim_of(task_spec: TaskSpec, name: str | None = None) -> VictimSpec:
+    """The victim ``name`` of a resolved task (its default victim when ``name`` is None)."""
     name = name or task_spec.default_victim
     key = f"{task_spec.name}/{name}"
     if key not in VICTIMS:
