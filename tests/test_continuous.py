@@ -18,7 +18,7 @@ from stable_baselines3.common.logger import Logger
 
 from gradleak_bench.records import LossSpec
 from gradleak_bench.stream.continuous import ContinuousLossInputs, ContinuousPerSampleGradients, gradient_engine
-from gradleak_bench.victims.continuous_targets import sac_td_targets
+from gradleak_bench.stream.targets import sac_td_targets
 
 RTOL, ATOL_REL = 1e-5, 1e-6
 IMG = (36, 36, 3)
