@@ -89,13 +89,19 @@ class DatasetConfig:
         out = asdict(self)
         if self.protocol == FIRST8:  # as the key: first-8 configs hash (identity header, sha256) as before
             del out["protocol"]
-        if self.backend == DEFAULT_BACKEND:
-            del out["backend"]
-        if self.scenes:
-            out["scenes"] = list(self.scenes)
-        else:
-            del out["scenes"]
-        return out
+        return record_backend(out, self.backend, self.scenes)
+
+
+def record_backend(out: dict[str, Any], backend: str, scenes: tuple[str, ...]) -> dict[str, Any]:
+    """``out`` with its backend and scenes recorded only off their defaults, so a PyBullet record keeps the
+    bytes (and hashes) it had before backends were selectable."""
+    if backend == DEFAULT_BACKEND:
+        del out["backend"]
+    if scenes:
+        out["scenes"] = list(scenes)
+    else:
+        del out["scenes"]
+    return out
 
 
 FULL_SUFFIX = "-full"

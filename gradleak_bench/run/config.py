@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gradleak_bench.dataset_config import record_backend
 from gradleak_bench.errors import GradleakError
 from gradleak_bench.paths import default_run_dir
 from gradleak_bench.run.limits import PluginLimits
@@ -72,14 +73,7 @@ class EvaluateConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The recorded form (results.json's run, the W&B config, the resume state)."""
-        out = asdict(self)
-        if self.backend == "pybullet":
-            del out["backend"]
-        if self.scenes:
-            out["scenes"] = list(self.scenes)
-        else:
-            del out["scenes"]
-        return out
+        return record_backend(asdict(self), self.backend, self.scenes)
 
 
 def check_config(config: EvaluateConfig) -> None:
