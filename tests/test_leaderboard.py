@@ -425,6 +425,21 @@ def test_fresh_layout_rule_on_known_numbers():
     assert not check_fresh("err", False, rows, ids, [0.9, 0.8] * 4).ok  # an error's drop is a rise
 
 
+def test_fresh_rule_takes_the_spread_of_a_sparse_metric_from_the_committed_record():
+    """A box over visible frames is defined on a layout in four: two fresh layouts can leave one value and no
+    spread, and the immaterial floor alone would refuse an honest entry on noise (CI did, once). The committed
+    record's rows, verifier-made on 16 fresh layouts, give the spread; without them the refusal says what to do."""
+    ids = tuple(f"L{layout:03d}-E{e:02d}" for layout in range(12) for e in range(4))
+    rows = [None, None, None, 0.5, None, 0.9, None, 0.7] * 6  # sd 0.16 where defined
+    alone = check_fresh("box_mse", False, rows, ids, [0.73], [0.7, None])
+    assert not alone.ok and "more --fresh-layouts" in alone.describe()
+    record_rows = [0.53, None, 1.16, None, 1.21, 0.6, None, None, 0.8, 0.75, 0.9, None, 0.65, 0.7, 0.95, 0.85]
+    assert check_fresh("box_mse", False, rows, ids, [0.73], [0.7, None], [0.73] + record_rows).ok
+    replayed = [None, None, None, 0.01, None, 0.02, None, 0.0] * 6  # the public boxes rebuilt from public code
+    fresh = [0.73, 0.9, 0.6, 0.8]  # one value cannot refute anything; four fresh boxes do
+    assert not check_fresh("box_mse", False, replayed, ids, fresh, [0.0, None], fresh + record_rows).ok
+
+
 def test_verify_scores_fresh_layouts_from_a_secret_seed_and_reports_it():
     verification = verify_file(SAMPLE, episodes=2, fresh_layouts=3, priors=False)
     assert verification.ok, verification.failures()

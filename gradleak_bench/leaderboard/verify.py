@@ -273,9 +273,13 @@ def check_same_rows(metric: str, entry_ids: tuple[str, ...], entry_rows: list[fl
 
 
 def check_fresh(metric: str, higher_is_better: bool, entry_rows: list[float], ids: tuple[str, ...],
-                fresh_values: list[float], rerun_values: list[float] | None = None) -> FreshCheck:
+                fresh_values: list[float], rerun_values: list[float] | None = None,
+                fresh_spread_values: list[float] | None = None) -> FreshCheck:
     """The fresh-layout rule of the module docstring for one metric (``rerun_values``: the verifier's re-run
-    of the public episodes, whose spread stands for the public score's; without it, the fresh spread does)."""
+    of the public episodes, whose spread stands for the public score's; without it, the fresh spread does).
+    ``fresh_spread_values``: a larger verifier-made sample of the fresh spread than ``fresh_values`` (those
+    with a committed record's rows appended): a metric defined on few episodes (a box over the frames where
+    the target is in view) can leave one fresh value and no spread to judge a drop by."""
     x = checks.as_values(entry_rows)
     x = x[np.isfinite(x)]
     f = [v for v in checks.as_values(fresh_values) if math.isfinite(v)]
@@ -283,18 +287,22 @@ def check_fresh(metric: str, higher_is_better: bool, entry_rows: list[float], id
     if not x.size or not f:  # undefined everywhere on one side: no drop can be measured
         return FreshCheck(f"fresh:{metric}", mu, math.nan, len(f), 0.0, True, "n/a (undefined on those episodes)")
     layouts = len({i.split("-E")[0] for i in ids}) or len(ids)
-    s_f = spread(f)
+    sample_f = f if fresh_spread_values is None else [v for v in checks.as_values(fresh_spread_values)
+                                                      if math.isfinite(v)]
+    s_f = spread(sample_f)
     own = rerun_values if rerun_values is not None and spread(rerun_values) > 0 else f
     s = spread(own)
     mean_f = float(np.mean(f))
     drop = (mu - mean_f) if higher_is_better else (mean_f - mu)
     a, b = s**2 / layouts, s_f**2 / len(f)
     # Welch-Satterthwaite degrees of freedom of the difference (the re-run's spread stands for the public mean's)
-    dof_a, dof_b = _dof(own), _dof(f)
+    dof_a, dof_b = _dof(own), _dof(sample_f)
     terms = (a**2 / dof_a if dof_a else 0.0) + (b**2 / dof_b if dof_b else 0.0)
     dof = int((a + b) ** 2 / terms) if terms > 0 else 0
     tol = critical(dof) * math.sqrt(a + b) + floor(mu)
-    return FreshCheck(f"fresh:{metric}", mu, mean_f, len(f), tol, drop <= tol, f"{drop:.3g}")
+    hint = ("" if drop <= tol or dof_a + dof_b >= MIN_DOF else
+            f" (no spread measured on {len(f)} fresh value(s): re-run with more --fresh-layouts)")
+    return FreshCheck(f"fresh:{metric}", mu, mean_f, len(f), tol, drop <= tol, f"{drop:.3g}{hint}")
 
 
 # --- before anything runs --------------------------------------------------------------------------------
@@ -521,9 +529,11 @@ def verify_entry(entry: Entry, folder: Path, episodes: int = 8, seed: int = 0, a
     fresh = fresh_rerun(entry, folder, fresh_layouts, secret, progress, priors, limits)
     # the spreads: the verifier's own values, with a committed record's rows (verifier-made, on 16 layouts) when
     # checking one: a few new values can all miss a rare large one (a box seen in one episode in ten)
-    verdict = compare(entry, public, fresh if record is None else _pooled(fresh, record))
+    spread_sample = fresh if record is None else _pooled(fresh, record)
+    verdict = compare(entry, public, spread_sample)
     checks_ = tuple(check_fresh(name, entry.metrics[name].higher_is_better, entry.episodes.values[name],
-                                entry.episodes.ids, fresh.values[name], public.values.get(name))
+                                entry.episodes.ids, fresh.values[name], public.values.get(name),
+                                spread_sample.values[name])
                     for name in sorted(set(entry.metrics) & fresh.metrics))
     problems = verdict.problems + tuple(f"fresh layouts: {p}" for p in fresh.failures)
     record_checks: tuple[Check, ...] = ()
