@@ -229,9 +229,13 @@ NOT_LEARNED: dict[str, str] = {
                                        "its 20k-step predecessor was at a random policy's 12.5% (3/24)",
     "PointNavContinuous/sac": "20k SAC steps (30 min) left it at 12.5% val success (3/24), a random policy's; "
                               "a longer run did not fit issue 31's CPU budget",
+    **{f"ActivePerception/{name}_{QGI_IMAGE_SIZE}": "never trained: an init-only victim for the QGI/RGI paper gap "
+                                                    "(the paper attacks freshly initialised networks)"
+       for name in ("dqn", "reinforce")},
 }
-"""Victims with no published ``trained`` checkpoint because their recipe did not learn on the project's CPU
-budget (issue 31: a published ``trained`` checkpoint has measurably learned, docs/tasks.md), with the reason.
+"""Victims with no published ``trained`` checkpoint, with the reason: their recipe did not learn on the project's
+CPU budget (issue 31: a published ``trained`` checkpoint has measurably learned, docs/tasks.md), or they are
+``init``-only (the ``*_150`` victims, never trained).
 ``trained`` still names the spec's budget: ``gradleak-bench train-victim`` trains it into the cache."""
 
 
