@@ -277,7 +277,8 @@ def test_150px_victims_see_150x150_and_stream_gradients_of_their_shapes(victim_n
     victim = load_victim("ActivePerception", victim_name, "init")
     spec, other = victim.spec, get_victim("ActivePerception", base)
     assert spec.image_size == 150 and other.image_size == 64
-    assert {**spec.to_dict(), "name": base, "image_size": 64, "description": ""} == {**other.to_dict(), "description": ""}
+    same = {"name": base, "image_size": 64, "description": ""}
+    assert {**spec.to_dict(), **same} == {**other.to_dict(), "description": ""}
     assert "weights_sha256" not in victim.meta  # rebuilt from its seed
     env = gym.make("gradleak/ActivePerception-v0", layouts="test", image_size=spec.image_size)
     try:
