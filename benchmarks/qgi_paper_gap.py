@@ -27,7 +27,10 @@ Resumable: each arm's file ``docs/data/qgi150/ARM.json`` gets each unit of frame
 wall and CPU time and the load; a rerun skips frames already there (same configuration). The reconstructions
 are kept in ``runs/qgi_paper_gap/ARM/`` (not committed): a later frame's swap control needs the earlier
 frames' reconstructions, and a frame's own reconstruction is scored against every other frame's truth
-(``cross``), so the committed file holds every control its summary uses.
+(``cross``), so the committed file holds every control its summary uses. The frames of one unit are one
+batched optimisation whose initial images are one seeded draw, so a frame's result depends on its unit (on the
+12 frames of ``qgi_quick_cf_64``, units of 3-4-4-1 instead of 4-4-4 moved single frames by up to 1 dB RGB
+PSNR-Y): ``--unit`` is part of the configuration, and a rerun with the same one reproduces the file bit for bit.
 
 Run: OMP_NUM_THREADS=1 nice -n 10 python benchmarks/qgi_paper_gap.py ARM [ARM ...] [--frames N] [--unit U]
      python benchmarks/qgi_paper_gap.py --list
@@ -301,6 +304,8 @@ def run(name: str, n_frames: int, unit: int, arm: Arm | None = None, data: Path 
               "victim_config_hash": spec.config_hash(), "checkpoint": CHECKPOINT, "split": SPLIT,
               "dataset": frames.dataset.config.key, "dataset_identity": frames.dataset.identity,
               "params": arm.params(), "metrics": [m.name for m in metrics], "solved_depth_psnr_db": SOLVED_DB,
+              # the frames of a unit share one seeded draw of initial images: the unit is part of the result
+              "unit": unit,
               "frames_rule": "frame k = step k % T of the k-th episode of select_episodes(split)"}
     record = json.loads(target.read_text()) if target.is_file() else {}
     if record and record.get("config") != config:
