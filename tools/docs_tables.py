@@ -285,8 +285,8 @@ def _gap_rows(attack: str, rows: tuple) -> Loop:
 GAP_WHY = {
     "qgi_rgb": "**stage 1**: solved (closed form), the paper's setting gives 23.9 dB, in the paper's range and +6.9 "
                "over the prior; the paper's Adam stage 1 fails on both frames and stage 2 then ends under the prior, "
-               "falling with iterations. **budget**: +3.2 / +8.6 dB over quick once stage 1 is solved. **resolution**: none "
-               "at quick (12 frames). **scene**: not separated",
+               "falling with iterations. **budget**: +3.2 / +8.6 dB over quick once stage 1 is solved. "
+               "**resolution**: none at quick (12 frames). **scene**: not separated",
     "ssim": "**resolution** raises SSIM-Y of every image, priors included (a flat mean-colour frame: 0.61-0.64 at "
             "64x64, 0.76 at 150x150, 12 frames), so part of the paper's SSIM is the metric at 150x150; the rest "
             "follows stage 1 as RGB does",
