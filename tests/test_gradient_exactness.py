@@ -261,6 +261,47 @@ def test_84px_zoo_victim_loads_sees_84x84_and_its_gradient_equals_sb3(victim_nam
                  f"{victim_name}/{path}")
 
 
+@pytest.mark.parametrize("victim_name, base", [("dqn_150", "dqn"), ("reinforce_150", "reinforce")])
+def test_150px_victims_see_150x150_and_stream_gradients_of_their_shapes(victim_name: str, base: str) -> None:
+    """The QGI/RGI-resolution victims: their specs are ``dqn`` / ``reinforce`` at 150x150 (nothing else
+    changed), ``init`` is rebuilt from the seed (no file is committed), the env renders 150x150 frames for them,
+    and one step's per-sample gradient has every parameter's shape, with the first linear layers as wide as
+    NatureCNN's 15x15x64 features and the flattened 150x150 depth make them. No attack runs."""
+    import gradleak_bench  # noqa: F401  (registers the gym ids)
+    from gradleak_bench.records import Episode
+    from gradleak_bench.stream.replay import EpisodeGradients
+    from gradleak_bench.victims import load_victim
+    from gradleak_bench.victims.policies import env_spaces
+    from gradleak_bench.victims.zoo import get_victim
+
+    victim = load_victim("ActivePerception", victim_name, "init")
+    spec, other = victim.spec, get_victim("ActivePerception", base)
+    assert spec.image_size == 150 and other.image_size == 64
+    same = {"name": base, "image_size": 64, "description": ""}
+    assert {**spec.to_dict(), **same} == {**other.to_dict(), "description": ""}
+    assert "weights_sha256" not in victim.meta  # rebuilt from its seed
+    env = gym.make("gradleak/ActivePerception-v0", layouts="test", image_size=spec.image_size)
+    try:
+        obs, _ = env.reset(seed=0)
+    finally:
+        env.close()
+    assert obs["rgb"].shape == (150, 150, 3) and obs["rgb"].dtype == np.uint8
+    assert obs["depth"].shape == (150, 150, 1) and obs["bbox"].shape == (4,)
+
+    steps = {k: np.asarray(v)[None] for k, v in obs.items()}
+    steps["action"] = np.array([2])
+    steps["q_target" if spec.algo == "dqn" else "return"] = np.array([0.5], dtype=np.float32)
+    stream = EpisodeGradients(victim.policy, spec.loss, env_spaces("ActivePerception", 150)[0])(
+        Episode("E", "ActivePerception", 0, 0, steps))
+    trained = {n: p for n, p in victim.policy.named_parameters() if n in stream.tensors}
+    assert trained and set(stream.tensors) == set(trained)
+    for name, p in trained.items():
+        assert stream.tensors[name].shape == (1, *p.shape), name
+        assert torch.isfinite(stream.tensors[name]).all(), name
+    widths = {p.shape[1] for n, p in trained.items() if p.ndim == 2}
+    assert {64 * 15 * 15, 150 * 150 + 256 + 4} <= widths  # NatureCNN's features; depth + features + box
+
+
 @pytest.mark.parametrize("kind", ["cnn", "multi", "mlp"])
 def test_dqn_single_sample_equals_sb3(kind: str) -> None:
     model = _make_model("dqn", kind)

@@ -134,6 +134,18 @@ def _at_trace_resolution(spec: VictimSpec, description: str) -> VictimSpec:
     return replace(spec, name=f"{spec.name}_{TRACE_IMAGE_SIZE}", image_size=TRACE_IMAGE_SIZE, description=description)
 
 
+QGI_IMAGE_SIZE = 150
+"""The QGI/RGI paper's camera resolution (AI2-THOR frames at 150x150): the ``*_150`` victims."""
+
+
+def _at_paper_resolution(spec: VictimSpec, description: str) -> VictimSpec:
+    """``spec`` at 150x150 under the name ``<name>_150``, for measuring the QGI/RGI paper gap at the paper's
+    resolution: only ``init`` is used (the paper attacks freshly initialised networks), and its weights are
+    rebuilt from the seed, not committed (21 MB a file). NatureCNN leaves 15x15x64 = 14,400 features at 150
+    and the flattened depth is 22,500 wide, so the first linear layers hold 3.7M + 1.5M weights."""
+    return replace(spec, name=f"{spec.name}_{QGI_IMAGE_SIZE}", image_size=QGI_IMAGE_SIZE, description=description)
+
+
 _PPO = _ppo("ppo", {}, 150_000, "PPO, SB3 CnnPolicy (NatureCNN, 604k parameters), TRACE's victim")
 _A2C = VictimSpec(
     task="PointNav", name="a2c", algo="a2c", policy="CnnPolicy", policy_kwargs={},
@@ -144,6 +156,27 @@ _A2C = VictimSpec(
         max_grad_norm=0.5), env_kwargs=SHAPED),
     init_seed=1,  # distinct initial weights from the PPO victim of the same architecture
     description="A2C, SB3 CnnPolicy (NatureCNN)",
+)
+_DQN = VictimSpec(
+    task="ActivePerception", name="dqn", algo="dqn", policy="MultiInputPolicy",
+    policy_kwargs={"net_arch": [64, 64]},
+    loss=LossSpec(algo="dqn", gamma=0.99, ent_coef=0.0, vf_coef=0.0, advantage_normalization="none"),
+    train=TrainSpec(total_timesteps=30_000, n_envs=1, seed=1, hyperparams=dict(
+        learning_rate=2.5e-4, buffer_size=20_000, learning_starts=1_000, batch_size=32,
+        train_freq=4, target_update_interval=1_000, exploration_fraction=0.3,
+        exploration_final_eps=0.05, gamma=0.99, max_grad_norm=10.0)),
+    exploration_eps=0.1,
+    description="DQN, SB3 MultiInputPolicy (NatureCNN on RGB, depth and box through linear layers), QGI's victim",
+)
+_REINFORCE = VictimSpec(
+    task="ActivePerception", name="reinforce", algo="reinforce", policy="MultiInputPolicy",
+    policy_kwargs={"net_arch": [64, 64]},
+    loss=LossSpec(algo="reinforce", gamma=0.99, gae_lambda=1.0, ent_coef=0.01, vf_coef=0.0,
+                  advantage_normalization="none"),
+    init_seed=1,
+    train=TrainSpec(total_timesteps=30_000, n_envs=4, seed=1, hyperparams=dict(
+        n_steps=32, learning_rate=3e-4, ent_coef=0.01, gamma=0.99, max_grad_norm=0.5)),
+    description="REINFORCE (with entropy term) on an SB3 actor-critic MultiInputPolicy, RGI's victim",
 )
 
 VICTIMS: dict[str, VictimSpec] = {
@@ -157,27 +190,8 @@ VICTIMS: dict[str, VictimSpec] = {
         _at_trace_resolution(_PPO, "PPO, SB3 CnnPolicy (NatureCNN, 1.69M parameters) at 84x84: TRACE's victim at "
                                    "TRACE's resolution"),
         _at_trace_resolution(_A2C, "A2C, SB3 CnnPolicy (NatureCNN) at 84x84 (TRACE's resolution)"),
-        VictimSpec(
-            task="ActivePerception", name="dqn", algo="dqn", policy="MultiInputPolicy",
-            policy_kwargs={"net_arch": [64, 64]},
-            loss=LossSpec(algo="dqn", gamma=0.99, ent_coef=0.0, vf_coef=0.0, advantage_normalization="none"),
-            train=TrainSpec(total_timesteps=30_000, n_envs=1, seed=1, hyperparams=dict(
-                learning_rate=2.5e-4, buffer_size=20_000, learning_starts=1_000, batch_size=32,
-                train_freq=4, target_update_interval=1_000, exploration_fraction=0.3,
-                exploration_final_eps=0.05, gamma=0.99, max_grad_norm=10.0)),
-            exploration_eps=0.1,
-            description="DQN, SB3 MultiInputPolicy (NatureCNN on RGB, depth and box through linear layers), QGI's victim",
-        ),
-        VictimSpec(
-            task="ActivePerception", name="reinforce", algo="reinforce", policy="MultiInputPolicy",
-            policy_kwargs={"net_arch": [64, 64]},
-            loss=LossSpec(algo="reinforce", gamma=0.99, gae_lambda=1.0, ent_coef=0.01, vf_coef=0.0,
-                          advantage_normalization="none"),
-            init_seed=1,
-            train=TrainSpec(total_timesteps=30_000, n_envs=4, seed=1, hyperparams=dict(
-                n_steps=32, learning_rate=3e-4, ent_coef=0.01, gamma=0.99, max_grad_norm=0.5)),
-            description="REINFORCE (with entropy term) on an SB3 actor-critic MultiInputPolicy, RGI's victim",
-        ),
+        _DQN,
+        _REINFORCE,
         VictimSpec(
             task="ActivePerception", name="dqn_compact", algo="dqn", policy="MultiInputPolicy",
             policy_kwargs={"net_arch": [32], "features_extractor_kwargs": {"cnn_output_dim": 32}},
@@ -189,6 +203,10 @@ VICTIMS: dict[str, VictimSpec] = {
             exploration_eps=0.1,
             description="small DQN for fast tests",
         ),
+        _at_paper_resolution(_DQN, "DQN at 150x150, at init only: QGI's victim at the QGI/RGI paper's "
+                                   "resolution"),
+        _at_paper_resolution(_REINFORCE, "REINFORCE at 150x150, at init only: RGI's victim at the QGI/RGI "
+                                         "paper's resolution"),
         *_continuous_victims(),
     )
 }
@@ -211,9 +229,13 @@ NOT_LEARNED: dict[str, str] = {
                                        "its 20k-step predecessor was at a random policy's 12.5% (3/24)",
     "PointNavContinuous/sac": "20k SAC steps (30 min) left it at 12.5% val success (3/24), a random policy's; "
                               "a longer run did not fit issue 31's CPU budget",
+    **{f"ActivePerception/{name}_{QGI_IMAGE_SIZE}": "never trained: an init-only victim for the QGI/RGI paper gap "
+                                                    "(the paper attacks freshly initialised networks)"
+       for name in ("dqn", "reinforce")},
 }
-"""Victims with no published ``trained`` checkpoint because their recipe did not learn on the project's CPU
-budget (issue 31: a published ``trained`` checkpoint has measurably learned, docs/tasks.md), with the reason.
+"""Victims with no published ``trained`` checkpoint, with the reason: their recipe did not learn on the project's
+CPU budget (issue 31: a published ``trained`` checkpoint has measurably learned, docs/tasks.md), or they are
+``init``-only (the ``*_150`` victims, never trained).
 ``trained`` still names the spec's budget: ``gradleak-bench train-victim`` trains it into the cache."""
 
 
