@@ -99,7 +99,8 @@ class Frames:
     def __init__(self, victim: str):
         from gradleak_bench import dataset as datasets
         from gradleak_bench.priors import references_for
-        from gradleak_bench.runner import select_episodes, victim_info
+        from gradleak_bench.run.evaluation import select_episodes
+        from gradleak_bench.victims.checkpoint import victim_info
         from gradleak_bench.stream.replay import EpisodeGradients
         from gradleak_bench.victims.checkpoint import load_victim
         from gradleak_bench.victims.policies import env_spaces
@@ -134,7 +135,7 @@ class Frames:
 
 
 def score_fields(metrics: list, fields: dict, truth) -> dict[str, float]:
-    from gradleak_bench.run.scorer import score
+    from gradleak_bench.metrics.scoring import score
 
     return score(metrics, fields, truth)[0]
 
