@@ -35,7 +35,7 @@ from gradleak_bench.run.grid import STANDARD_SETTINGS
 from gradleak_bench.stream.replay import EpisodeGradients
 from gradleak_bench.victims import load_victim
 from gradleak_bench.victims.defended import DefendedUpdates
-from gradleak_bench.victims.policies import env_spaces
+from gradleak_bench.victims.spaces import env_spaces
 from gradleak_bench.victims.training import train_resumable, with_budget
 from gradleak_bench.victims.zoo import get_victim
 

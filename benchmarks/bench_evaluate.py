@@ -173,7 +173,7 @@ def replay_ms_per_episode(cache: str, threads: int) -> dict:
     from gradleak_bench import dataset as datasets
     from gradleak_bench.stream.replay import EpisodeGradients
     from gradleak_bench.victims import load_victim
-    from gradleak_bench.victims.policies import env_spaces
+    from gradleak_bench.victims.spaces import env_spaces
 
     victim = load_victim("PointNav", "ppo", "init")
     gradients = EpisodeGradients(victim.policy, victim.spec.loss, env_spaces("PointNav", 64)[0])

@@ -32,7 +32,7 @@ from gradleak_bench.records import GradientStream, ObservedEpisode
 from gradleak_bench.run.evaluation import select_episodes
 from gradleak_bench.stream.replay import EpisodeGradients
 from gradleak_bench.victims.checkpoint import load_victim, victim_info
-from gradleak_bench.victims.policies import env_spaces
+from gradleak_bench.victims.spaces import env_spaces
 
 ROOT = Path(__file__).resolve().parents[1]
 LO, HI = 5, 25

@@ -140,7 +140,7 @@ def run_costs() -> dict:
     from gradleak_bench.gradient_store import GradientFile, export_gradients
     from gradleak_bench.stream.replay import EpisodeGradients
     from gradleak_bench.victims import load_victim
-    from gradleak_bench.victims.policies import env_spaces
+    from gradleak_bench.victims.spaces import env_spaces
 
     victim = load_victim("PointNav", "ppo", "init")
     engine = EpisodeGradients(victim.policy, victim.spec.loss, env_spaces("PointNav", victim.spec.image_size)[0])

@@ -38,7 +38,7 @@ def main() -> None:
     from gradleak_bench.run.evaluation import select_episodes
     from gradleak_bench.stream.replay import EpisodeGradients
     from gradleak_bench.victims.checkpoint import load_victim, victim_info
-    from gradleak_bench.victims.policies import env_spaces
+    from gradleak_bench.victims.spaces import env_spaces
 
     victim = load_victim("PointNav", "ppo", "init")
     gradients = EpisodeGradients(victim.policy, victim.spec.loss, env_spaces("PointNav", victim.spec.image_size)[0])

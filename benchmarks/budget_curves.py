@@ -89,7 +89,7 @@ class Frames:
         from gradleak_bench.run.evaluation import select_episodes
         from gradleak_bench.stream.replay import EpisodeGradients
         from gradleak_bench.victims.checkpoint import load_victim, victim_info
-        from gradleak_bench.victims.policies import env_spaces
+        from gradleak_bench.victims.spaces import env_spaces
 
         loaded = load_victim(task, victim, CHECKPOINT)
         self.gradients = EpisodeGradients(loaded.policy, loaded.spec.loss, env_spaces(task, loaded.spec.image_size)[0])

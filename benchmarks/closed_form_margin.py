@@ -42,7 +42,7 @@ def sharpened(victim: LoadedVictim, beta: float, ent_coef: float) -> LoadedVicti
         policy.action_net.weight.mul_(beta)
         policy.action_net.bias.mul_(beta)
     spec = dataclasses.replace(victim.spec, loss=dataclasses.replace(victim.spec.loss, ent_coef=ent_coef))
-    return LoadedVictim(spec, victim.checkpoint, policy, victim.meta)
+    return dataclasses.replace(victim, spec=spec, policy=policy, located=None)
 
 
 @torch.no_grad()

@@ -36,7 +36,8 @@ from gradleak_bench.baselines.attacks.closed_form_gaussian import ClosedFormGaus
 from gradleak_bench.baselines.defenses.basic import GaussianNoise, NoDefense, TopK
 from gradleak_bench.records import ObservedEpisode, VictimInfo
 from gradleak_bench.stream.replay import EpisodeGradients
-from gradleak_bench.victims.checkpoint import find_checkpoint, load_victim
+from gradleak_bench.victims.checkpoint import load_victim
+from gradleak_bench.victims.card import find_checkpoint
 from gradleak_bench.victims.continuous_rollout import rollout
 from gradleak_bench.victims.zoo import get_victim
 

@@ -103,7 +103,7 @@ class Frames:
         from gradleak_bench.victims.checkpoint import victim_info
         from gradleak_bench.stream.replay import EpisodeGradients
         from gradleak_bench.victims.checkpoint import load_victim
-        from gradleak_bench.victims.policies import env_spaces
+        from gradleak_bench.victims.spaces import env_spaces
 
         loaded = load_victim(TASK, victim, CHECKPOINT)
         self.gradients = EpisodeGradients(loaded.policy, loaded.spec.loss, env_spaces(TASK, loaded.spec.image_size)[0])

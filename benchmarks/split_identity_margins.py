@@ -135,7 +135,7 @@ def main() -> None:
         def records_of(episodes):
             return [split_identity.episode_record(e) for e in episodes]
 
-        from gradleak_bench.victims.checkpoint import find_checkpoint
+        from gradleak_bench.victims.card import find_checkpoint
 
         init = load_victim(args.task, args.victim, args.checkpoint)
         other_checkpoint = "trained" if args.checkpoint == "init" else "init"

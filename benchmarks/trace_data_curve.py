@@ -350,7 +350,7 @@ def run(args: argparse.Namespace, out: Path) -> None:
     from gradleak_bench.victims.checkpoint import victim_info
     from gradleak_bench.stream.replay import EpisodeGradients
     from gradleak_bench.victims.checkpoint import load_victim
-    from gradleak_bench.victims.policies import env_spaces
+    from gradleak_bench.victims.spaces import env_spaces
 
     points = plan(args.sizes, args.encoders, args.presentations, args.batch, args.warmup)
     command = " ".join(["OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "?"), "python",

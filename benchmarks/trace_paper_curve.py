@@ -30,7 +30,7 @@ from gradleak_bench.errors import GradleakError
 from gradleak_bench.run.auxiliary import AuxiliaryData
 from gradleak_bench.stream.replay import EpisodeGradients
 from gradleak_bench.victims.checkpoint import load_victim, victim_info
-from gradleak_bench.victims.policies import env_spaces
+from gradleak_bench.victims.spaces import env_spaces
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "data" / "trace_paper_curve.json"

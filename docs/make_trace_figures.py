@@ -25,7 +25,7 @@ from gradleak_bench.run.auxiliary import AuxiliaryData
 from gradleak_bench.run.evaluation import select_episodes
 from gradleak_bench.stream.replay import EpisodeGradients
 from gradleak_bench.victims.checkpoint import load_victim, victim_info
-from gradleak_bench.victims.policies import env_spaces
+from gradleak_bench.victims.spaces import env_spaces
 
 DOCS = Path(__file__).resolve().parent
 GRID_EPISODES = 3

@@ -59,7 +59,7 @@ def list_() -> None:
     from gradleak_bench import plugins, registry
     from gradleak_bench.metrics import all_metrics
     from gradleak_bench.tasks import TASKS
-    from gradleak_bench.victims.checkpoint import find_checkpoint
+    from gradleak_bench.victims.card import find_checkpoint
     from gradleak_bench.victims import validation
     from gradleak_bench.victims.zoo import CHECKPOINTS, NOT_LEARNED, VICTIMS
 

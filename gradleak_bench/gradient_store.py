@@ -271,14 +271,12 @@ class _ExportWorker:
         from gradleak_bench import dataset as datasets
         from gradleak_bench.stream.replay import EpisodeGradients
         from gradleak_bench.victims.checkpoint import load_victim
-        from gradleak_bench.victims.policies import env_spaces
 
         if self._state is None:
             if self.cache:
                 os.environ["GRADLEAK_BENCH_CACHE"] = self.cache
             victim = load_victim(self.task, self.victim, self.checkpoint)
-            engine = EpisodeGradients(victim.policy, victim.spec.loss,
-                                      env_spaces(victim.spec.task, victim.spec.image_size)[0])
+            engine = EpisodeGradients(victim.policy, victim.spec.loss, victim.spaces[0])
             self._state = (engine, datasets.load_or_generate(self.ds_config, progress=False))
         engine, dataset = self._state
         return [(e, engine(dataset.episode(e)).flat().numpy()) for e in episode_ids]

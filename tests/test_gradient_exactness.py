@@ -271,7 +271,7 @@ def test_150px_victims_see_150x150_and_stream_gradients_of_their_shapes(victim_n
     from gradleak_bench.records import Episode
     from gradleak_bench.stream.replay import EpisodeGradients
     from gradleak_bench.victims import load_victim
-    from gradleak_bench.victims.policies import env_spaces
+    from gradleak_bench.victims.spaces import env_spaces
     from gradleak_bench.victims.zoo import get_victim
 
     victim = load_victim("ActivePerception", victim_name, "init")

@@ -15,7 +15,7 @@ from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.evaluation import evaluate, select_episodes
 from gradleak_bench.stream.replay import EpisodeGradients
 from gradleak_bench.victims.checkpoint import load_victim, victim_info
-from gradleak_bench.victims.policies import env_spaces
+from gradleak_bench.victims.spaces import env_spaces
 
 
 def _run(tmp_path, attack, task, victim, params, episodes=2):

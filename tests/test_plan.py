@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from gradleak_bench.dataset_config import DatasetConfig
-from gradleak_bench.errors import MissingDependencyError, PluginLoadError, UnknownNameError
+from gradleak_bench.errors import (CorruptFileError, GradleakError, MissingDependencyError, PluginLoadError,
+                                   UnknownNameError)
 from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.plan import RunPlan, resolve
 
@@ -66,12 +67,30 @@ def test_plan_resolves_every_name_once(tmp_path):
     ({"protocol": "first9"}, UnknownNameError, "first8"),
     ({"backend": "ai2htor"}, UnknownNameError, "Did you mean 'ai2thor'"),
     ({"attack": "no/such/file.py:Attack"}, PluginLoadError, "does not exist"),
+    ({"task": "ActivePerception", "victim": "reinforce", "checkpoint": "trained"}, GradleakError,
+     "not published as trained"),  # the checkpoint file is located once, here
 ])
 def test_unknown_names_fail_at_the_edge(tmp_path, change, error, needle):
     out = tmp_path / "run"
     with pytest.raises(error, match=needle):
         resolve(EvaluateConfig(**{"attack": "closed_form", "out": str(out), **change}))
     assert not out.exists()
+
+
+def test_a_checkpoint_written_for_another_configuration_is_refused_at_the_edge(tmp_path, monkeypatch):
+    """The plan locates the checkpoint file once (the run loads that file, looking none up by name again), so a
+    stale file in the cache is named before any process starts."""
+    from gradleak_bench.victims.card import cached_dir
+    from gradleak_bench.victims.zoo import get_victim
+
+    monkeypatch.setenv("GRADLEAK_BENCH_CACHE", str(tmp_path / "cache"))
+    folder = cached_dir(get_victim("ActivePerception", "dqn_150"))  # no packaged file: the cache is searched
+    folder.mkdir(parents=True)
+    (folder / "init.safetensors").write_bytes(b"{}")
+    (folder / "init.json").write_text(json.dumps({"config_hash": "0" * 16, "weights_sha256": "0" * 64}))
+    with pytest.raises(CorruptFileError, match="another configuration"):
+        resolve(EvaluateConfig(task="ActivePerception", victim="dqn_150", attack="closed_form",
+                               out=str(tmp_path / "run")))
 
 
 def test_pybullet_keys_and_records_unchanged():

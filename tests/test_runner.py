@@ -206,7 +206,7 @@ def test_victim_info_copies_a_policy_that_has_already_run_forward():
     from gradleak_bench.stream.replay import EpisodeGradients
     from gradleak_bench.victims import load_victim
     from gradleak_bench.victims.checkpoint import victim_info
-    from gradleak_bench.victims.policies import env_spaces
+    from gradleak_bench.victims.spaces import env_spaces
 
     victim = load_victim("PointNav", "ppo_compact", "init")
     victim.policy.evaluate_actions(torch.zeros(2, 3, 64, 64), torch.zeros(2).long())

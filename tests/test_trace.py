@@ -22,7 +22,7 @@ from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.evaluation import evaluate
 from gradleak_bench.stream.replay import EpisodeGradients
 from gradleak_bench.victims.checkpoint import load_victim, victim_info
-from gradleak_bench.victims.policies import env_spaces
+from gradleak_bench.victims.spaces import env_spaces
 
 SHAPES = {"features_extractor.cnn.0.weight": (8, 3, 8, 8), "features_extractor.cnn.0.bias": (8,),
           "features_extractor.linear.0.weight": (64, 576), "features_extractor.linear.0.bias": (64,),

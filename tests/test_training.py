@@ -6,7 +6,7 @@ import json
 import pytest
 
 from gradleak_bench.victims import load_victim
-from gradleak_bench.victims.checkpoint import cached_dir, find_checkpoint
+from gradleak_bench.victims.card import cached_dir, find_checkpoint
 from gradleak_bench.victims.training import train
 from gradleak_bench.victims.zoo import get_victim
 

@@ -19,7 +19,7 @@ from gradleak_bench.run.evaluation import evaluate
 from gradleak_bench.stream.replay import EpisodeGradients
 from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.checkpoint import load_victim, victim_info
-from gradleak_bench.victims.policies import env_spaces
+from gradleak_bench.victims.spaces import env_spaces
 
 # ------------------------------------------------------------------ kinematics
 

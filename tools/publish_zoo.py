@@ -26,7 +26,8 @@ from pathlib import Path
 
 from gradleak_bench import dataset as datasets
 from gradleak_bench import splits
-from gradleak_bench.victims.checkpoint import cached_dir, packaged_dir, save_checkpoint
+from gradleak_bench.victims.checkpoint import save_checkpoint
+from gradleak_bench.victims.card import cached_dir, packaged_dir
 from gradleak_bench.victims.policies import build_policy
 from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.zoo import NOT_LEARNED, VICTIMS

@@ -78,7 +78,7 @@ class AuxiliaryData:
         if self._gradients is None:
             from gradleak_bench.victims.checkpoint import attacker_copy
             from gradleak_bench.stream.replay import EpisodeGradients
-            from gradleak_bench.victims.policies import env_spaces
+            from gradleak_bench.victims.spaces import env_spaces
 
             spec = self._victim.spec
             self._gradients = EpisodeGradients(attacker_copy(self._victim), spec.loss,
@@ -122,7 +122,7 @@ class AuxiliaryData:
         """What the client would release for ``episode`` behind the run's defense, drawn from ``rng``: the same
         order of calls as the scorer's (``report_actions``, if the defense has it, then ``release``)."""
         from gradleak_bench.hooks import ReportsActions
-        from gradleak_bench.victims.policies import env_spaces
+        from gradleak_bench.victims.spaces import env_spaces
 
         defense = self._defense()
         reported = episode

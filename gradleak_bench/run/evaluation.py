@@ -7,8 +7,6 @@ gradients and step indices and answers with plain arrays.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 import time
 import warnings
@@ -20,17 +18,16 @@ import numpy as np
 
 # Nothing imported here loads torch, SB3 or h5py: a run starts its sealed plug-in processes first and imports
 # those (about 2 s of CPU) while the plug-ins import theirs (docs/evaluate.md, "Speed").
-from gradleak_bench.errors import (AttackNotApplicableError, GradleakError, PluginContractError, PluginLimitExceeded,
-                                   RunStateError, notice)
+from gradleak_bench.errors import GradleakError, PluginLimitExceeded, RunStateError
 from gradleak_bench.metrics import select_metrics
 from gradleak_bench.paths import atomic_write_bytes, dumps_strict
-from gradleak_bench.records import TRUTH_FIELDS
 from gradleak_bench.dataset_config import DEFAULT_BACKEND
 from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.fresh import FreshLayouts, generate_fresh
-from gradleak_bench.run.sandbox import PluginFailure, PluginProcess
-from gradleak_bench.run.setup import (attack_reads, fit_request, gradient_source, plugin_step, run_victim, send_victim,
-                                      start_plugins)
+from gradleak_bench.run.sandbox import PluginFailure
+from gradleak_bench.run.setup import (attack_reads, defense_step_guarantees, fit_request, gradient_source,
+                                      introduce_victim, run_victim, start_plugins)
+from gradleak_bench.run.tracking import start_tracking
 from gradleak_bench.run.scorer import Controls, EpisodeRow, Reference, summarise_metrics
 from gradleak_bench.run.plan import RunPlan, resolve
 from gradleak_bench.run.store import RunStore
@@ -81,43 +78,36 @@ def evaluate(config: EvaluateConfig | RunPlan, progress: bool = True, executor: 
     memory stays flat in the number of episodes. Filesystem errors are one message (exit 2), never a
     traceback, and lose nothing finished.
     """
-    plan = resolve(config)
     try:
-        return _evaluate(plan, progress, executor, resume, fresh_layouts, list(references or []))
+        return _evaluate(config, progress, executor, resume, fresh_layouts, list(references or []))
     except OSError as exc:
+        out = config.config.out if isinstance(config, RunPlan) else config.out
         raise RunStateError(
-            f"cannot write the run to {plan.config.out}: {exc.strerror or exc} ({exc.filename or ''}). Finished episodes "
+            f"cannot write the run to {out}: {exc.strerror or exc} ({exc.filename or ''}). Finished episodes "
             "are kept in its .gradleak-run folder; free space or fix permissions (or pass another --out) and run "
             "the same command again to resume.") from None
 
 
-def _evaluate(plan: RunPlan, progress: bool, executor: Any, resume: bool,
+def _evaluate(config: EvaluateConfig | RunPlan, progress: bool, executor: Any, resume: bool,
               fresh: FreshLayouts | None, references: list[Reference]) -> RunResult:
     from gradleak_bench.paths import cache_dir
+    from gradleak_bench.run.sandbox import sealed_plan
 
-    config, mechanism = _sealing(plan.config, fresh)
-    plan = plan.with_config(config)
+    plan, mechanism = sealed_plan(resolve(config), fresh)
+    config = plan.config
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     hidden = [cache_dir(), out.resolve()]
     attack, defense = start_plugins(plan, hidden)  # before any truth is loaded, and before torch is imported
     tracked = None
     try:
-        tracked = _start_tracking(config)
+        tracked = start_tracking(config)
         from gradleak_bench import dataset as datasets
         from gradleak_bench.run.pipeline import Context
 
         # a warm run has the victim's card and the read gradients cached: it never loads the policy (torch)
         card, victim, gradients = run_victim(plan, load=fresh is not None)
-        n_actions = send_victim([attack, defense], card, victim)
-        fields = _attack_fields(attack)
-        if attack.has("supports"):
-            reason = plugin_step(attack, "supports", lambda: attack.call("supports")[0]["reason"])
-            if reason:
-                raise AttackNotApplicableError(f"attack {attack.description['name']!r} does not apply to victim "
-                                    f"{card.checkpoint_id}: {reason}")
-        if defense is not None and defense.has("check"):  # victim-dependent parameters, before any work
-            plugin_step(defense, "check", lambda: defense.call("check"))
+        n_actions, fields = introduce_victim(attack, defense, card, victim)
         if fresh is not None:
             dataset, official = generate_fresh(fresh, victim, plan.split), False
         else:
@@ -144,7 +134,7 @@ def _evaluate(plan: RunPlan, progress: bool, executor: Any, resume: bool,
         run = _Run(plan, context, dataset, episode_ids, seeds, out, fresh, mechanism, hidden)
         store = run.compute(executor, resume, progress)
         try:
-            guarantees = _guarantees(defense, n_actions)
+            guarantees = defense_step_guarantees(defense, n_actions)
             return run.finish(store, official, card, guarantees, notes, tracked)
         finally:
             store.close()
@@ -158,38 +148,6 @@ def _evaluate(plan: RunPlan, progress: bool, executor: Any, resume: bool,
             defense.close()
 
 
-def _start_tracking(config: EvaluateConfig) -> Any:
-    """The run's W&B run, started now in the background (None without W&B): wandb's import and init overlap
-    the scorer's waits on the plug-in processes instead of following the scoring."""
-    if config.wandb == "disabled":
-        return None
-    from gradleak_bench.run.tracking import TrackedRun
-
-    return TrackedRun(config)
-
-
-def _sealing(config: EvaluateConfig, fresh: FreshLayouts | None) -> tuple[EvaluateConfig, str | None]:
-    """``config`` with ``sealed`` decided (``None`` = where the OS can isolate), and the isolation mechanism.
-    An unsealed run says so in one plain line on stderr (:func:`~gradleak_bench.errors.notice`)."""
-    from gradleak_bench.run.sandbox import isolation, require_isolation
-
-    if config.sealed is None:
-        available, reason = isolation()
-        if available is None and fresh is None:
-            notice(f"running unsealed ({reason}): the plug-ins could read the truth, so the results are marked "
-                   "unsealed and cannot be submitted; apt-get install bubblewrap to seal (docs/evaluate.md).")
-            return dataclasses.replace(config, sealed=False), None
-        config = dataclasses.replace(config, sealed=True)
-    if config.sealed:
-        return config, require_isolation(f"the plug-ins of this run ({config.attack}, defense {config.defense})")
-    if fresh is not None:
-        raise GradleakError("fresh-layout scoring is always sealed (an unsealed plug-in could read the fresh "
-                            "truth in the scorer's process): drop --unsealed")
-    notice("running unsealed (--unsealed, debugging only): the plug-ins run inside the scorer's process and could "
-           "read the truth, so the results are marked unsealed and can never be submitted.")
-    return config, None
-
-
 def plain_settings(value: Any) -> dict[str, Any] | None:
     """An attack's resolved settings (``settings()``: what its preset stands for) as they may enter
     results.json: a flat mapping of names to strings, numbers, booleans or None; anything else is dropped
@@ -199,33 +157,6 @@ def plain_settings(value: Any) -> dict[str, Any] | None:
     scalar = (str, int, float, bool, type(None))
     return {str(k)[:100]: (v[:300] if isinstance(v, str) else v) for k, v in list(value.items())[:50]
             if isinstance(k, str) and isinstance(v, scalar) and not (isinstance(v, float) and not math.isfinite(v))}
-
-
-def _attack_fields(attack: PluginProcess) -> tuple[str, ...]:
-    from gradleak_bench.run.victim import check_names
-
-    fields = check_names(attack.description.get("fields"), f"attack {attack.reference!r}: fields")
-    unknown = [f for f in fields if f not in TRUTH_FIELDS]
-    if unknown or not fields:
-        raise PluginContractError(f"attack {attack.description.get('name')!r} declares fields {unknown or '()'} that no "
-                                  f"task has; the truth fields are {', '.join(TRUTH_FIELDS)} (docs/write-an-attack.md)")
-    return fields
-
-
-def _guarantees(defense: PluginProcess | None, n_actions: int) -> dict[str, float]:
-    """The formal guarantees a defense states for one released step (DP epsilon, the action's local-DP
-    epsilon), recorded in results.json."""
-    if defense is None or not (defense.has("epsilon") or defense.has("action_epsilon")):
-        return {}
-    reply = plugin_step(defense, "epsilon", lambda: defense.call("guarantees", {"n_actions": n_actions})[0])
-    out = {}
-    for key in ("defense_epsilon", "defense_delta", "defense_action_epsilon"):
-        if key in reply:
-            value = reply[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise PluginContractError(f"defense {defense.reference!r}: {key} is not a number ({value!r})")
-            out[key] = float(value)
-    return out
 
 
 def defense_guarantees(defense: Any, info: Any) -> dict[str, float]:

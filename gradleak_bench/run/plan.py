@@ -134,10 +134,10 @@ def _resolve_split(task: str, victim: str | None, checkpoint: str, split: str, e
     from gradleak_bench.victims.zoo import check_checkpoint, victim_of
 
     spec = get_task(task)
-    victim_spec = victim_of(spec, victim)
+    victim_spec, checkpoint = victim_of(spec, victim), check_checkpoint(checkpoint)
     backend, files = resolve_backend(backend, spec, split, tuple(scenes))
-    return spec, victim_spec, split_config(spec, victim_spec.name, check_checkpoint(checkpoint), split,
-                                           episodes_per_layout, seed, protocol, backend, files)
+    return spec, victim_spec, split_config(spec, victim_spec.name, checkpoint, split, episodes_per_layout, seed,
+                                           protocol, backend, files)
 
 
 def resolve_backend(name: str, task: TaskSpec, split: str = "test",

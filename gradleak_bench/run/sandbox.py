@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +39,9 @@ from gradleak_bench.errors import (GradleakError, PluginContractError, PluginCra
 from gradleak_bench.errors import PluginLimitExceeded
 from gradleak_bench.run import wire
 from gradleak_bench.run.limits import EPISODE_OPS, PluginLimits, format_bytes, format_value, raise_hint
+
+if TYPE_CHECKING:
+    from gradleak_bench.run.plan import RunPlan
 
 NOBODY = 65534
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`) and run as root or where "
@@ -83,6 +86,32 @@ def require_isolation(what: str) -> str:
     if mechanism is None:
         raise SealingUnavailableError(f"cannot seal {what}: {reason}. To fix: {INSTALL_HINT}.")
     return mechanism
+
+
+def sealed_plan(plan: RunPlan, fresh: Any = None) -> tuple[RunPlan, str | None]:
+    """``plan`` with its ``sealed`` decided (``None`` = where the OS can isolate), and the isolation mechanism;
+    ``fresh``: the run scores fresh layouts, which is always sealed. An unsealed run says so in one plain line
+    on stderr (:func:`~gradleak_bench.errors.notice`)."""
+    import dataclasses
+
+    from gradleak_bench.errors import notice
+
+    config = plan.config
+    if config.sealed is None:
+        available, reason = isolation()
+        if available is None and fresh is None:
+            notice(f"running unsealed ({reason}): the plug-ins could read the truth, so the results are marked "
+                   "unsealed and cannot be submitted; apt-get install bubblewrap to seal (docs/evaluate.md).")
+            return dataclasses.replace(plan, config=dataclasses.replace(config, sealed=False)), None
+        plan = dataclasses.replace(plan, config=dataclasses.replace(config, sealed=True))
+    if plan.config.sealed:
+        return plan, require_isolation(f"the plug-ins of this run ({config.attack}, defense {config.defense})")
+    if fresh is not None:
+        raise GradleakError("fresh-layout scoring is always sealed (an unsealed plug-in could read the fresh "
+                            "truth in the scorer's process): drop --unsealed")
+    notice("running unsealed (--unsealed, debugging only): the plug-ins run inside the scorer's process and could "
+           "read the truth, so the results are marked unsealed and can never be submitted.")
+    return plan, None
 
 
 def plugin_cache(kind: str, reference: str, scope: str | None = None) -> Path:

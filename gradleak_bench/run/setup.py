@@ -51,9 +51,9 @@ def run_victim(plan: RunPlan, load: bool = False) -> tuple[VictimCard, LoadedVic
     config = plan.config
     if not (load or config.gradients) and plan.card is not None:
         return plan.card, None, None
-    from gradleak_bench.victims.checkpoint import load_spec, victim_card
+    from gradleak_bench.victims.checkpoint import load_located, victim_card
 
-    victim = load_spec(plan.victim, config.checkpoint)
+    victim = load_located(plan.victim, plan.task, config.checkpoint, plan.located)
     gradients = make_gradients(config, victim)
     return victim_card(victim, gradients.param_shapes, record=not config.gradients), victim, gradients
 
@@ -71,6 +71,50 @@ def send_victim(processes: list[PluginProcess | None], card: VictimCard, victim:
     return card.n_actions
 
 
+def introduce_victim(attack: PluginProcess, defense: PluginProcess | None, card: VictimCard,
+                     victim: LoadedVictim | None) -> tuple[int, tuple[str, ...]]:
+    """Give the plug-ins the victim (:func:`send_victim`) and hear what they make of it before any work: the
+    fields the attack reconstructs, whether it applies to this victim (its optional ``supports``), and the
+    defense's victim-dependent parameter check (its optional ``check``). Returns the number of actions and
+    the attack's fields."""
+    from gradleak_bench.errors import AttackNotApplicableError, PluginContractError
+    from gradleak_bench.records import TRUTH_FIELDS
+    from gradleak_bench.run.victim import check_names
+
+    n_actions = send_victim([attack, defense], card, victim)
+    fields = check_names(attack.description.get("fields"), f"attack {attack.reference!r}: fields")
+    unknown = [f for f in fields if f not in TRUTH_FIELDS]
+    if unknown or not fields:
+        raise PluginContractError(f"attack {attack.description.get('name')!r} declares fields {unknown or '()'} that no "
+                                  f"task has; the truth fields are {', '.join(TRUTH_FIELDS)} (docs/write-an-attack.md)")
+    if attack.has("supports"):
+        reason = plugin_step(attack, "supports", lambda: attack.call("supports")[0]["reason"])
+        if reason:
+            raise AttackNotApplicableError(f"attack {attack.description['name']!r} does not apply to victim "
+                                           f"{card.checkpoint_id}: {reason}")
+    if defense is not None and defense.has("check"):  # victim-dependent parameters, before any work
+        plugin_step(defense, "check", lambda: defense.call("check"))
+    return n_actions, fields
+
+
+def defense_step_guarantees(defense: PluginProcess | None, n_actions: int) -> dict[str, float]:
+    """The formal guarantees a defense states for one released step (DP epsilon, the action's local-DP
+    epsilon), recorded in results.json."""
+    from gradleak_bench.errors import PluginContractError
+
+    if defense is None or not (defense.has("epsilon") or defense.has("action_epsilon")):
+        return {}
+    reply = plugin_step(defense, "epsilon", lambda: defense.call("guarantees", {"n_actions": n_actions})[0])
+    out = {}
+    for key in ("defense_epsilon", "defense_delta", "defense_action_epsilon"):
+        if key in reply:
+            value = reply[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise PluginContractError(f"defense {defense.reference!r}: {key} is not a number ({value!r})")
+            out[key] = float(value)
+    return out
+
+
 def gradient_source(plan: RunPlan, card: VictimCard, victim: LoadedVictim | None, gradients: Any,
                     reads: tuple[str, ...] | None, dataset: Any, fresh: bool) -> Any:
     """The run's gradient source: the read gradients through the cache when they may be kept
@@ -82,9 +126,9 @@ def gradient_source(plan: RunPlan, card: VictimCard, victim: LoadedVictim | None
     def compute() -> Any:
         if gradients is not None:
             return gradients
-        from gradleak_bench.victims.checkpoint import load_spec
+        from gradleak_bench.victims.checkpoint import load_located
 
-        return make_gradients(config, victim or load_spec(plan.victim, config.checkpoint))
+        return make_gradients(config, victim or load_located(plan.victim, plan.task, config.checkpoint, plan.located))
 
     if not (plan.defended or fresh or config.gradients) and cacheable(card, reads, dataset.config.sequence_length):
         return ReleasedGradients(card, dataset.sha256, reads, compute)
@@ -126,6 +170,5 @@ def make_gradients(config: EvaluateConfig, victim: LoadedVictim) -> Any:
 
         return GradientFile(config.gradients, victim=victim)
     from gradleak_bench.stream.replay import EpisodeGradients
-    from gradleak_bench.victims.policies import env_spaces
 
-    return EpisodeGradients(victim.policy, victim.spec.loss, env_spaces(victim.spec.task, victim.spec.image_size)[0])
+    return EpisodeGradients(victim.policy, victim.spec.loss, victim.spaces[0])

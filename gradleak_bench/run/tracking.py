@@ -26,6 +26,13 @@ CHILD = Path(__file__).with_name("wandb_child.py")
 WAIT_SECONDS = 300  # the longest wait on the W&B process (its start, a log and finish) before it is killed
 
 
+def start_tracking(config: Any) -> TrackedRun | None:
+    """The W&B run of an evaluation (its :class:`~gradleak_bench.run.config.EvaluateConfig`), started now in the
+    background (None without W&B): wandb's import and init overlap the scorer's waits on the plug-in processes
+    instead of following the scoring."""
+    return None if config.wandb == "disabled" else TrackedRun(config)
+
+
 def reconstruction_grid(recons: dict[str, Reconstruction], truths: dict[str, Episode], path: Path,
                         field: str = "rgb", max_episodes: int = 4) -> Path | None:
     """A PNG with, per episode, the true frames above the reconstructed ones; None when ``field`` is absent."""

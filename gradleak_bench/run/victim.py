@@ -43,10 +43,12 @@ def rebuild_victim(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> Loa
 
     from gradleak_bench.victims.checkpoint import LoadedVictim
     from gradleak_bench.victims.policies import build_policy
+    from gradleak_bench.victims.spaces import env_spaces
     from gradleak_bench.victims.zoo import get_victim
 
     spec = get_victim(header["task"], header["victim"])
-    policy = build_policy(spec)
+    spaces = env_spaces(spec.task, spec.image_size)
+    policy = build_policy(spec, spaces)
     state = {k[2:]: torch.from_numpy(np.array(v)) for k, v in arrays.items() if k.startswith("s/")}
     missing, unexpected = policy.load_state_dict(state, strict=False)
     # a name left out must be another name of a tensor that was loaded (SB3's shared feature extractor)
@@ -55,7 +57,7 @@ def rebuild_victim(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> Loa
     if unexpected or any(tensors[k].data_ptr() not in loaded for k in missing):
         raise PluginContractError(f"victim weights do not fit {spec.key}: missing {list(missing)[:4]}, "
                                   f"unexpected {list(unexpected)[:4]}")
-    return LoadedVictim(spec, str(header["checkpoint"]), policy.eval(), {})
+    return LoadedVictim(spec, str(header["checkpoint"]), policy.eval(), {}, spaces)
 
 
 def info_from_message(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> VictimInfo:

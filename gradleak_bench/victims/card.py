@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from gradleak_bench.errors import CorruptFileError
+from gradleak_bench.errors import CorruptFileError, GradleakError
 from gradleak_bench.paths import atomic_write_bytes, cache_dir
-from gradleak_bench.victims.zoo import VictimSpec
+from gradleak_bench.victims.zoo import NOT_LEARNED, VictimSpec
 
 CARD_FORMAT = "gradleak-bench-victim-card/1"
 # Where torch picks its CPU kernels; a cached gradient was computed on one of these paths.
@@ -152,15 +152,33 @@ Located = tuple[Path, str]
 
 def locate(spec: VictimSpec, checkpoint: str) -> Located | None:
     """The weights file and sha256 of a checkpoint (a checked name: ``init`` or ``trained``) on disk written
-    for this spec, else None (no file: an ``init`` rebuilt from its seed; or a file written for another spec,
-    which loading it reports)."""
+    for this spec; None for an ``init`` with no file (rebuilt from its seed). Found once, at the edge of a
+    run (:func:`gradleak_bench.run.plan.resolve`), which then loads this file and no other.
+
+    Raises:
+        GradleakError: no file of a checkpoint that cannot be rebuilt (what to train, or why it is not
+            published).
+        CorruptFileError: a file written for another configuration of the victim.
+    """
     directory = find_checkpoint(spec, checkpoint)
     if directory is None:
-        return None
+        if checkpoint == "init":
+            return None
+        why = (f" It is not published as trained: {NOT_LEARNED[spec.key]} (docs/tasks.md, issue 31)."
+               if checkpoint == "trained" and spec.key in NOT_LEARNED else "")
+        raise GradleakError(
+            f"no {checkpoint!r} checkpoint of victim {spec.key} (config {spec.config_hash()}) is committed or "
+            f"cached.{why} Train it with: gradleak-bench train-victim {spec.task} --victim {spec.name}")
     meta = read_meta(directory / f"{checkpoint}.json")
     sha = meta.get("weights_sha256")
-    if meta.get("config_hash") != spec.config_hash() or not isinstance(sha, str):
-        return None  # the torch path loads it and says what is wrong
+    if meta.get("config_hash") != spec.config_hash():
+        raise CorruptFileError(
+            f"checkpoint {directory}/{checkpoint} was written for another configuration of {spec.key} "
+            f"(config hash {meta.get('config_hash')} != {spec.config_hash()}). Re-train it with "
+            f"gradleak-bench train-victim {spec.task} --victim {spec.name}")
+    if not isinstance(sha, str):
+        raise CorruptFileError(f"{directory}/{checkpoint}.json records no weights_sha256: the file is corrupt or "
+                               "edited")
     return directory / f"{checkpoint}.safetensors", sha
 
 

@@ -12,19 +12,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import safetensors.torch
 import stable_baselines3
 import torch
 from stable_baselines3.common.policies import BasePolicy
 
-from gradleak_bench.errors import CorruptFileError, GradleakError
+from gradleak_bench.errors import CorruptFileError
 from gradleak_bench.paths import atomic_write_bytes
 from gradleak_bench.records import VictimInfo, policy_head_names
-# cached_dir and packaged_dir are re-exported (they moved to the torch-free card module)
-from gradleak_bench.victims.card import (Located, VictimCard, cached_dir, find_checkpoint,  # noqa: F401
-                                         packaged_dir, read_meta, record_card)
-from gradleak_bench.victims.policies import action_count, build_policy, env_spaces
-from gradleak_bench.victims.zoo import NOT_LEARNED, VictimSpec, check_checkpoint, get_victim
+from gradleak_bench.victims.card import Located, VictimCard, locate, read_meta, record_card
+from gradleak_bench.victims.policies import build_policy
+from gradleak_bench.tasks import TaskSpec, get_task
+from gradleak_bench.victims.spaces import action_count, task_spaces
+from gradleak_bench.victims.zoo import VictimSpec, check_checkpoint, get_victim
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class LoadedVictim:
     checkpoint: str
     policy: BasePolicy
     meta: dict[str, Any]
+    # its task's environment (observation, action) spaces at its image size, found once when it was built
+    spaces: tuple[gym.Space, gym.Space]
     # the checkpoint file it was read from (weights, sha256); None: rebuilt from its seed, or not from a file
     located: Located | None = None
 
@@ -44,14 +47,14 @@ class LoadedVictim:
 def attacker_copy(victim: LoadedVictim) -> torch.nn.Module:
     """The attacker's own copy of the victim policy: rebuilt from the spec and loaded with the capture
     parameters (a deepcopy fails once SB3 has cached a distribution with grad history in the policy)."""
-    policy = build_policy(victim.spec)
+    policy = build_policy(victim.spec, victim.spaces)
     policy.load_state_dict(victim.policy.state_dict())
     return policy.eval()
 
 
 def victim_info(victim: LoadedVictim, gradients: Any) -> VictimInfo:
     """The public info of ``victim`` with a fresh policy copy; ``gradients`` gives the released parameter shapes."""
-    obs_space, action_space = env_spaces(victim.spec.task, victim.spec.image_size)
+    obs_space, action_space = victim.spaces
     return VictimInfo(
         task=victim.spec.task, victim=victim.spec.name, checkpoint=victim.checkpoint, loss=victim.spec.loss,
         policy=attacker_copy(victim), observation_space=obs_space, action_space=action_space,
@@ -89,43 +92,37 @@ def load_victim(task: str, victim: str | None = None, checkpoint: str = "init") 
 
 
 def load_spec(spec: VictimSpec, checkpoint: str = "init") -> LoadedVictim:
-    """The policy of a resolved victim spec at a named checkpoint.
+    """The policy of a resolved victim spec at a named checkpoint (:func:`load_located` of its file).
 
     ``init`` is rebuilt from its seed when no file exists. ``trained`` must have been committed or trained
     (``gradleak-bench train-victim``); a file written for another spec (config hash) is refused.
     """
-    check_checkpoint(checkpoint)
-    directory = find_checkpoint(spec, checkpoint)
-    policy = build_policy(spec)
-    if directory is None:
-        if checkpoint == "init":
-            return LoadedVictim(spec, checkpoint, policy, {"config_hash": spec.config_hash(), "report": {}})
-        why = (f" It is not published as trained: {NOT_LEARNED[spec.key]} (docs/tasks.md, issue 31)."
-               if checkpoint == "trained" and spec.key in NOT_LEARNED else "")
-        raise GradleakError(
-            f"no {checkpoint!r} checkpoint of victim {spec.key} (config {spec.config_hash()}) is committed or "
-            f"cached.{why} Train it with: gradleak-bench train-victim {spec.task} --victim {spec.name}"
-        )
-    meta = read_meta(directory / f"{checkpoint}.json")
-    if meta.get("config_hash") != spec.config_hash():
-        raise CorruptFileError(
-            f"checkpoint {directory}/{checkpoint} was written for another configuration of {spec.key} "
-            f"(config hash {meta.get('config_hash')} != {spec.config_hash()}). Re-train it with "
-            f"gradleak-bench train-victim {spec.task} --victim {spec.name}"
-        )
-    weights = directory / f"{checkpoint}.safetensors"
-    if hashlib.sha256(weights.read_bytes()).hexdigest() != meta.get("weights_sha256"):
+    return load_located(spec, get_task(spec.task), checkpoint, locate(spec, check_checkpoint(checkpoint)))
+
+
+def load_located(spec: VictimSpec, task: TaskSpec, checkpoint: str, located: Located | None) -> LoadedVictim:
+    """The policy of a checkpoint already located (:func:`~gradleak_bench.victims.card.locate`, which refused a
+    missing or foreign file) of victim ``spec`` of ``task``: a run's plan hands its resolved specs and located
+    file here, so nothing is looked up by name again. ``located`` None: an ``init`` rebuilt from its seed. The
+    weights must still match their recorded sha256."""
+    spaces = task_spaces(task, spec.image_size)
+    policy = build_policy(spec, spaces)
+    if located is None:
+        return LoadedVictim(spec, checkpoint, policy, {"config_hash": spec.config_hash(), "report": {}}, spaces)
+    weights, sha = located
+    meta = read_meta(weights.with_suffix(".json"))
+    if hashlib.sha256(weights.read_bytes()).hexdigest() != sha:
         raise CorruptFileError(f"{weights} does not match the sha256 in its JSON: the file is corrupt or edited.")
     try:
         missing, unexpected = safetensors.torch.load_model(policy, str(weights), strict=True)
     except Exception as exc:  # safetensors raises several types for a bad file
         raise CorruptFileError(f"cannot load {weights}: {exc}") from exc
-    return LoadedVictim(spec, checkpoint, policy.eval(), meta, (weights, meta["weights_sha256"]))
+    return LoadedVictim(spec, checkpoint, policy.eval(), meta, spaces, located)
 
 
 def victim_card(victim: LoadedVictim, gradient_shapes: dict[str, tuple[int, ...]], record: bool = True) -> VictimCard:
     """The public card of a loaded victim; with ``record``, cached when its checkpoint has a file, so the next
     run needs no torch to describe it (:mod:`gradleak_bench.victims.card`)."""
-    _, action_space = env_spaces(victim.spec.task, victim.spec.image_size)
+    _, action_space = victim.spaces
     return record_card(victim.spec, victim.checkpoint, victim.located, gradient_shapes, action_count(action_space),
                        policy_head_names(victim.policy), record)

@@ -64,7 +64,8 @@ from gradleak_bench.records import GradientStream, LossSpec
 from gradleak_bench.stream.inputs import minibatch_inputs
 from gradleak_bench.stream.live import loss_spec_of
 from gradleak_bench.stream.per_sample import LossInputs, MeanLossCapture, PerSampleGradients, trained_parameter_names
-from gradleak_bench.victims.checkpoint import cached_dir, read_meta, save_checkpoint
+from gradleak_bench.victims.checkpoint import save_checkpoint
+from gradleak_bench.victims.card import cached_dir, read_meta
 from gradleak_bench.victims.training import success_rate, train_resumable, train_spec, with_budget
 from gradleak_bench.victims.zoo import VictimSpec, get_victim
 
@@ -520,7 +521,7 @@ def train_defense(defense: str, params: dict[str, Any] | None = None, task: str 
 def _public_info(spec: VictimSpec) -> Any:
     from gradleak_bench.stream.replay import EpisodeGradients
     from gradleak_bench.victims.checkpoint import load_victim, victim_info
-    from gradleak_bench.victims.policies import env_spaces
+    from gradleak_bench.victims.spaces import env_spaces
 
     loaded = load_victim(spec.task, spec.name, "init")
     return victim_info(loaded, EpisodeGradients(loaded.policy, spec.loss, env_spaces(spec.task, spec.image_size)[0]))

@@ -14,8 +14,7 @@ from stable_baselines3.common.preprocessing import is_image_space, is_image_spac
 from stable_baselines3.common.vec_env import VecTransposeImage
 
 from gradleak_bench.victims.architectures import EXTRACTORS
-# torch-free, so a warm run's scorer and plug-ins can build a victim's public info without torch
-from gradleak_bench.victims.spaces import action_count, env_spaces  # noqa: F401  (re-exported)
+from gradleak_bench.victims.spaces import env_spaces
 from gradleak_bench.victims.zoo import VictimSpec
 
 
@@ -72,13 +71,14 @@ class _NoOptimizer:
         return None
 
 
-def build_policy(spec: VictimSpec) -> BasePolicy:
-    """The victim's policy with its seeded ``init`` weights, in evaluation mode on the CPU.
+def build_policy(spec: VictimSpec, spaces: tuple[gym.Space, gym.Space] | None = None) -> BasePolicy:
+    """The victim's policy with its seeded ``init`` weights, in evaluation mode on the CPU (``spaces``: its
+    task's environment spaces when the caller has them, else found from its task).
 
     The policy has no real optimiser (:class:`_NoOptimizer`); training builds the SB3 model, which makes its
     own, and copies these weights into it.
     """
-    obs_space, action_space = env_spaces(spec.task, spec.image_size)
+    obs_space, action_space = spaces or env_spaces(spec.task, spec.image_size)
     policy_cls = algorithm_class(spec.algo).policy_aliases[spec.policy]
     lr = float(spec.train.hyperparams.get("learning_rate", 3e-4))
     kwargs = {**resolve_policy_kwargs(spec.policy_kwargs), "optimizer_class": _NoOptimizer}

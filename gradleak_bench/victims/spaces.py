@@ -3,18 +3,27 @@ build a victim's public info from them before, or instead of, importing torch)."
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 
+if TYPE_CHECKING:
+    from gradleak_bench.tasks import TaskSpec
+
+
+def env_spaces(task: str, image_size: int) -> tuple[gym.Space, gym.Space]:
+    """The environment's (observation, action) spaces for a task named ``task`` (:func:`task_spaces`)."""
+    from gradleak_bench.tasks import get_task
+
+    return task_spaces(get_task(task), image_size)
+
 
 @lru_cache(maxsize=None)
-def env_spaces(task: str, image_size: int) -> tuple[gym.Space, gym.Space]:
+def task_spaces(spec: TaskSpec, image_size: int) -> tuple[gym.Space, gym.Space]:
     """The environment's (observation, action) spaces for a task at an image size, from its env class when
     the task spec fixes them (no simulator started: 0.3-2 s saved per process), else from a built env."""
     from gradleak_bench.envs.task_env import TaskEnv, env_class
-    from gradleak_bench.tasks import get_task
 
-    spec = get_task(task)
     cls = env_class(spec)
     if issubclass(cls, TaskEnv) and (observation_space := cls.task_observation_space(spec, image_size)) is not None:
         return observation_space, cls.task_action_space(spec)

@@ -21,7 +21,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from gradleak_bench.errors import GradleakError
 from gradleak_bench.paths import atomic_write_bytes
 from gradleak_bench.tasks import get_task
-from gradleak_bench.victims.checkpoint import cached_dir, load_victim, save_checkpoint
+from gradleak_bench.victims.checkpoint import load_victim, save_checkpoint
+from gradleak_bench.victims.card import cached_dir
 from gradleak_bench.victims.policies import algorithm_class, build_policy, resolve_policy_kwargs
 from gradleak_bench.victims.validation import rollouts, wilson
 from gradleak_bench.victims.zoo import VictimSpec, get_victim

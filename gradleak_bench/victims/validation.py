@@ -168,7 +168,8 @@ def validate_victim(task: str, victim: str | None = None, episodes: int = VALIDA
     """Validate the victim's random / init / trained (those that exist) and write ``validation.json`` into
     ``directory`` (default: the victim's committed checkpoint directory)."""
     from gradleak_bench.paths import atomic_write_bytes
-    from gradleak_bench.victims.checkpoint import find_checkpoint, load_victim
+    from gradleak_bench.victims.checkpoint import load_victim
+    from gradleak_bench.victims.card import find_checkpoint
 
     spec = get_victim(task, victim)
     policies: dict[str, Any] = {"random": None}

@@ -19,7 +19,7 @@ from gradleak_bench.baselines.attacks.trace.config import (ACTION_LOSSES, ENCODE
                                                            gradient_layout, rgb_shape, victim_identity)
 from gradleak_bench.baselines.attacks.trace.model import TraceNet, make_featurizer
 from gradleak_bench.baselines.attacks.trace.training import TrainOptions, normalise_features, train
-from gradleak_bench.dataset import PROTOCOLS
+from gradleak_bench.dataset_config import PROTOCOLS
 from gradleak_bench.errors import GradleakError
 from gradleak_bench.records import ObservedEpisode, Reconstruction, VictimInfo
 
