@@ -149,3 +149,14 @@ def test_verdict_reads_the_oriented_ci_over_the_strongest_reference(tables):
     assert tables.strongest(control_wins)["name"] == "swap control"
     assert tables.verdict(control_wins) == "no leak (CI spans 0)"
     assert tables.verdict({"higher_is_better": True}) == "no reference"
+
+
+def test_a_control_kept_by_its_mean_only_may_not_be_passed_over(tables):
+    """A benchmark summary that keeps the swap control's mean but no paired leakage over it (the continuous
+    pipeline's) states the leakage over the best prior only where the prior is the stronger; where the control
+    is, the renderer refuses rather than print a leakage over the weaker reference."""
+    iv = {"mean": 0.2, "ci_low": 0.1, "ci_high": 0.3}
+    summary = {"higher_is_better": False, "best_prior": "prior:mean", "best_prior_mean": 0.8, "prior_leakage": iv}
+    assert tables.strongest({**summary, "control_mean": 1.1})["name"] == "mean"  # an error: 0.8 beats 1.1
+    with pytest.raises(ValueError, match="stronger than the best prior"):
+        tables.strongest({**summary, "control_mean": 0.5})

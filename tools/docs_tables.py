@@ -745,11 +745,13 @@ CONTINUOUS = Table(
                  "`{u.defense}` (", Join("k, v", "u.defense_params", "{k} {v:g}"), ")"), "`{u.defense}`")),
              Col("action MAE [95% CI]", "{mae|interval}"),
              Col("best prior (MAE)", "{mae.best_prior?|or('--')|prior} {mae.best_prior_mean?:.3f}"),
-             Col("leakage vs best prior", "{mae.prior_leakage?|interval}"),
+             Col("swap control (MAE)", "{mae.control_mean?:.3f}"),
+             Col("leakage vs strongest reference (MAE)",
+                 When("mae|strongest", "{mae|strongest|.reference_leakage|interval} over {mae|strongest|.name}")),
              Col("linear abs. err.", "{m.action_linear_ae?|interval}"),
              Col("angular abs. err.", "{m.action_angular_ae?|interval}"),
              Col("sign accuracy", "{sign|interval('.3f')}"),
-             Col("sign: best prior", "{sign.best_prior?|or('--')|prior} {sign.best_prior_mean?:.3f}"),
+             Col("sign: strongest reference", When("sign|strongest", "{sign|strongest|.name} {sign|strongest|.mean:.3f}")),
              Col("RGB PSNR (dB)", "{m.rgb_psnr?|interval('.2f')}"), Col("wall s", "{unit.wall_seconds:.0f}"),
              Col("fit s", "{unit.fit_seconds?:.0f}")))
 

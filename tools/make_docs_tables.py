@@ -245,15 +245,23 @@ def strongest(m: dict) -> dict | None:
     options = []
     best = m.get("best_prior")
     score = ((m.get("references") or {}).get(best) or m.get("best_prior_score")) if best else None
+    if best and not isinstance(score, dict) and _real(m.get("best_prior_mean")):  # a benchmark's summary form
+        score = {"mean": m["best_prior_mean"]}
     if best and isinstance(score, dict) and _real(score.get("mean")) and isinstance(m.get("prior_leakage"), dict):
         options.append((best.removeprefix("prior:"), score["mean"], m["prior_leakage"]))
     control = m.get("control")
-    if isinstance(control, dict) and _real(control.get("mean")) and isinstance(m.get("leakage"), dict):
-        options.append(("swap control", control["mean"], m["leakage"]))
+    control_mean = control.get("mean") if isinstance(control, dict) else m.get("control_mean")
+    if _real(control_mean):  # a control kept by its mean only has no paired leakage to state
+        options.append(("swap control", control_mean, m.get("leakage") if isinstance(m.get("leakage"), dict) else None))
     if not options:
         return None
     name, mean, leak = options[0] if len(options) == 1 or (
         options[0][1] > options[1][1] if higher else options[0][1] < options[1][1]) else options[1]
+    if leak is None and len(options) > 1:  # the stronger one has no paired leakage: no number is honest
+        raise ValueError(f"the swap control ({control_mean:.4g}) is stronger than the best prior here, and the data "
+                         "keeps no paired leakage over it: re-run the benchmark that wrote it")
+    if leak is None:
+        return None
     return {"name": name, "mean": mean, "reference_leakage": leak, "higher_is_better": higher}
 
 
