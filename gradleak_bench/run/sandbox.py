@@ -641,6 +641,18 @@ class PluginProcess:
     def has(self, method: str) -> bool:
         return method in self.description.get("methods", [])
 
+    def step(self, what: str, op: str | None = None, header: dict[str, Any] | None = None,
+             arrays: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One set-up call's answer (``op``; None: the load that describes the plug-in), a failure turned into
+        the run's error: the plug-in's own GradleakError message as it is, else which plug-in failed in
+        ``what``."""
+        try:
+            return self.description if op is None else self.call(op, header, arrays)[0]
+        except PluginFailure as exc:
+            if exc.is_gradleak:
+                raise GradleakError(exc.message) from None
+            raise GradleakError(f"{self.kind} {self.reference!r} failed in {what}: {exc}") from None
+
     def call(self, op: str, header: dict[str, Any] | None = None,
              arrays: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         self.description  # noqa: B018  the load answer comes first

@@ -8,9 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradleak_bench.errors import GradleakError
 from gradleak_bench.run.config import EvaluateConfig
-from gradleak_bench.run.sandbox import PluginFailure, PluginProcess
+from gradleak_bench.run.sandbox import PluginProcess
 
 if TYPE_CHECKING:
     from gradleak_bench.run.plan import RunPlan
@@ -66,8 +65,8 @@ def send_victim(processes: list[PluginProcess | None], card: VictimCard, victim:
     header, arrays = card_message(card) if card.weights is not None else victim_message(victim, card)
     for proc in processes:
         if proc is not None:
-            plugin_step(proc, "load", lambda p=proc: p.description)
-            plugin_step(proc, "victim", lambda p=proc: p.call("victim", header, arrays))
+            proc.step("load")
+            proc.step("victim", "victim", header, arrays)
     return card.n_actions
 
 
@@ -88,12 +87,12 @@ def introduce_victim(attack: PluginProcess, defense: PluginProcess | None, card:
         raise PluginContractError(f"attack {attack.description.get('name')!r} declares fields {unknown or '()'} that no "
                                   f"task has; the truth fields are {', '.join(TRUTH_FIELDS)} (docs/write-an-attack.md)")
     if attack.has("supports"):
-        reason = plugin_step(attack, "supports", lambda: attack.call("supports")[0]["reason"])
+        reason = attack.step("supports", "supports")["reason"]
         if reason:
             raise AttackNotApplicableError(f"attack {attack.description['name']!r} does not apply to victim "
                                            f"{card.checkpoint_id}: {reason}")
     if defense is not None and defense.has("check"):  # victim-dependent parameters, before any work
-        plugin_step(defense, "check", lambda: defense.call("check"))
+        defense.step("check", "check")
     return n_actions, fields
 
 
@@ -104,7 +103,7 @@ def defense_step_guarantees(defense: PluginProcess | None, n_actions: int) -> di
 
     if defense is None or not (defense.has("epsilon") or defense.has("action_epsilon")):
         return {}
-    reply = plugin_step(defense, "epsilon", lambda: defense.call("guarantees", {"n_actions": n_actions})[0])
+    reply = defense.step("epsilon", "guarantees", {"n_actions": n_actions})
     out = {}
     for key in ("defense_epsilon", "defense_delta", "defense_action_epsilon"):
         if key in reply:
@@ -145,21 +144,12 @@ def attack_reads(attack: PluginProcess, shapes: dict[str, tuple[int, ...]]) -> t
     if not attack.has("reads"):
         return None
     what = f"attack {attack.description.get('name')!r}: reads(victim)"
-    names = check_names(plugin_step(attack, "reads", lambda: attack.call("reads")[0]["names"]), what)
+    names = check_names(attack.step("reads", "reads")["names"], what)
     unknown = [n for n in names if n not in shapes]
     if unknown or not names:
         raise PluginContractError(f"{what} returned {list(unknown) or 'no name'}; it must name released gradients "
                                   f"of this victim (victim.gradient_shapes: {', '.join(list(shapes)[:8])}...)")
     return names
-
-
-def plugin_step(proc: PluginProcess, what: str, fn: Any) -> Any:
-    try:
-        return fn()
-    except PluginFailure as exc:
-        if exc.is_gradleak:
-            raise GradleakError(exc.message) from None
-        raise GradleakError(f"{proc.kind} {proc.reference!r} failed in {what}: {exc}") from None
 
 
 def make_gradients(config: EvaluateConfig, victim: LoadedVictim) -> Any:

@@ -127,9 +127,9 @@ class EpisodeWorker:
                                 f"{self.metric_names}: run every node with the same gradleak-bench version")
         n_actions = send_victim([attack, defense], card, victim)
         if attack.has("fit"):  # its own fit, in its own sealed process: no fitted object crosses processes
-            from gradleak_bench.run.setup import fit_request, plugin_step
+            from gradleak_bench.run.setup import fit_request
 
-            plugin_step(attack, "fit", lambda: attack.call("fit", fit_request(cfg)))
+            attack.step("fit", "fit", fit_request(cfg))
         reads = attack_reads(attack, card.gradient_shapes)
         gradients = gradient_source(plan, card, victim, gradients, reads, dataset, fresh=False)
         return Context(dataset, gradients, metrics, attack, defense, cfg.defense, n_actions, self.references, reads)
