@@ -116,7 +116,7 @@ class Table:
 # ------------------------------------------------------------------ shared pieces
 
 RUN = "{run|run_label}"
-WHO = "{run.task}/{run.victim}/{run.checkpoint}"
+WHO = "{run|who}"
 BEST = When("m.best_prior?", "{m.best_prior|prior} {m.best_prior_score.mean:.3g}")
 PRIOR_LEAKAGE = When("m.best_prior?", "{m.prior_leakage?|interval}")
 # a committed rerun (benchmarks/headline_leakage.py), one row per metric in ``only``
@@ -740,7 +740,7 @@ CONTINUOUS = Table(
                                         "sign": "unit.metrics.action_sign_accuracy?"},
               order=("unit.unit.attack|ne('closed_form_gaussian')", "unit.unit.victim",
                      "unit.unit.checkpoint|ne('init')", "unit.unit.defense|rank(defenses)", "unit.unit.defense")),
-    columns=(Col("attack", "`{u.attack}`"), Col("victim", "`{u.victim}/{u.checkpoint}`"),
+    columns=(Col("attack", "`{u.attack}`"), Col("victim", "{u|who('PointNavContinuous')}"),
              Col("defense", When("u.defense_params", (
                  "`{u.defense}` (", Join("k, v", "u.defense_params", "{k} {v:g}"), ")"), "`{u.defense}`")),
              Col("action MAE [95% CI]", "{mae|interval}"),

@@ -284,6 +284,19 @@ def scored_episodes(run: dict, metric: str) -> int:
     return sum(1 for e in run["episodes"] if e["status"] == "ok" and _real(e["values"][metric][0]))
 
 
+def who(run: dict, task: str | None = None) -> str:
+    """``task/victim/checkpoint`` of a run (``victim/checkpoint`` when the table names its ``task``), marked
+    where the checkpoint is a ``trained`` one that is no longer published because it did not learn
+    (:data:`gradleak_bench.victims.zoo.NOT_LEARNED`): its committed runs were measured on the withdrawn
+    weights, which a reader must not take for a deployed policy's."""
+    from gradleak_bench.victims.zoo import NOT_LEARNED
+
+    key = f"{task or run['task']}/{run['victim']}"
+    withdrawn = run["checkpoint"] == "trained" and key in NOT_LEARNED
+    shown = f"{run['victim']}/{run['checkpoint']}" if task else f"{key}/{run['checkpoint']}"
+    return shown + (" (withdrawn: did not learn)" if withdrawn else "")
+
+
 def run_label(run: dict) -> str:
     """The attack of a run and the parameters it was given (its preset is in the budget column)."""
     params = " ".join(f"{k}={v}" for k, v in run.get("attack_params", {}).items() if k != "preset")
@@ -390,6 +403,7 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "verdict": verdict,
     "scored": scored_episodes,
     "run_label": run_label,
+    "who": who,
     "window_ranges": window_ranges,
 }
 
