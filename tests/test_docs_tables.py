@@ -165,7 +165,8 @@ def test_a_control_kept_by_its_mean_only_may_not_be_passed_over(tables):
 def test_runs_on_withdrawn_checkpoints_are_marked(tables):
     """A committed run on a trained checkpoint that is no longer published (it did not learn) says so in every
     table that names its victim; a published one and an init do not."""
-    assert tables.who({"task": "PointNav", "victim": "ppo_84", "checkpoint": "trained"}).endswith("(withdrawn: did not learn)")
+    withdrawn = tables.who({"task": "PointNav", "victim": "ppo_84", "checkpoint": "trained"})
+    assert withdrawn == "PointNav/ppo_84/trained (withdrawn: did not learn)"
     assert tables.who({"task": "PointNav", "victim": "ppo", "checkpoint": "trained"}) == "PointNav/ppo/trained"
     assert tables.who({"task": "PointNav", "victim": "ppo_84", "checkpoint": "init"}) == "PointNav/ppo_84/init"
     assert tables.who({"victim": "sac", "checkpoint": "trained"}, "PointNavContinuous") == \
