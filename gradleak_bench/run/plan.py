@@ -84,10 +84,6 @@ class RunPlan:
             return self.split
         return dataclasses.replace(self.split, protocol=check_protocol(attack_protocol))
 
-    def with_config(self, config: EvaluateConfig) -> RunPlan:
-        """The same plan recording ``config`` (a run decides ``sealed`` where the OS can isolate)."""
-        return dataclasses.replace(self, config=config)
-
     def __getstate__(self) -> dict[str, Any]:  # shipped to a Ray worker: its card is looked up there
         state = dict(self.__dict__)
         state.pop("card", None)
