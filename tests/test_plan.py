@@ -4,6 +4,7 @@ through the CLI on the AI2-THOR and Habitat stand-ins (tests/_fake_simulators.py
 simulator with what to install."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -56,6 +57,12 @@ def test_plan_resolves_every_name_once(tmp_path):
     assert resolve(EvaluateConfig(attack="closed_form", out=str(tmp_path))).defense is None  # `none`: no process
     shipped = pickle.loads(pickle.dumps(plan))  # a Ray worker receives it
     assert isinstance(shipped, RunPlan) and shipped.split == plan.split and shipped.victim == plan.victim
+    # on another node the driver's checkpoint path may not exist: the worker locates the same file there
+    elsewhere = dataclasses.replace(plan, located=(tmp_path / "driver-only" / "init.safetensors", plan.located[1]))
+    assert pickle.loads(pickle.dumps(elsewhere)).located == plan.located
+    forged = dataclasses.replace(plan, located=(tmp_path / "driver-only" / "init.safetensors", "0" * 64))
+    with pytest.raises(GradleakError, match="same gradleak-bench version"):
+        pickle.loads(pickle.dumps(forged))
 
 
 @pytest.mark.parametrize("change, error, needle", [

@@ -89,6 +89,21 @@ class RunPlan:
         state.pop("card", None)
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A plan arriving on a Ray worker: where the driver's checkpoint path does not exist (another node,
+        another install), the checkpoint is located again there, and must be the same file (its sha256)."""
+        located = state.get("located")
+        if located is not None and not Path(located[0]).is_file():
+            from gradleak_bench.victims.card import locate
+
+            here = locate(state["victim"], state["config"].checkpoint)
+            if here is None or here[1] != located[1]:
+                raise GradleakError(f"this node has no checkpoint file of {state['victim'].key} "
+                                    f"{state['config'].checkpoint} with the driver's sha256 {located[1][:16]}...: "
+                                    "run every node with the same gradleak-bench version and cache")
+            state = {**state, "located": here}
+        self.__dict__.update(state)
+
 
 def resolve(config: EvaluateConfig | RunPlan) -> RunPlan:
     """The plan of ``config`` (a plan passes through unchanged).
