@@ -7,23 +7,23 @@ import pytest
 
 import gradleak_bench  # noqa: F401  registers the gym ids
 from gradleak_bench.tasks import TASKS
-from gradleak_bench.victims import policies
+from gradleak_bench.victims import spaces
 
 
 @pytest.mark.parametrize("task", sorted(TASKS))
 @pytest.mark.parametrize("image_size", [16, 64])
 def test_spaces_without_a_simulator_are_the_built_envs(task, image_size, monkeypatch):
-    policies.env_spaces.cache_clear()
+    spaces.task_spaces.cache_clear()
     with monkeypatch.context() as patched:
         patched.setattr(gym, "make", lambda *a, **k: pytest.fail("env_spaces built an env"))
-        observation_space, action_space = policies.env_spaces(task, image_size)
+        observation_space, action_space = spaces.env_spaces(task, image_size)
     env = gym.make(TASKS[task].gym_id, layouts="train", image_size=image_size)
     try:
         assert observation_space == env.observation_space
         assert action_space == env.action_space
     finally:
         env.close()
-    policies.env_spaces.cache_clear()
+    spaces.task_spaces.cache_clear()
 
 
 def test_an_env_class_that_needs_building_still_gets_its_spaces(monkeypatch):
@@ -37,8 +37,8 @@ def test_an_env_class_that_needs_building_still_gets_its_spaces(monkeypatch):
                             close=lambda: None)
     monkeypatch.setattr(PointNav, "task_observation_space", classmethod(lambda cls, spec, n: None))
     monkeypatch.setattr(gym, "make", lambda *a, **k: built)
-    policies.env_spaces.cache_clear()
+    spaces.task_spaces.cache_clear()
     try:
-        assert policies.env_spaces("PointNav", 16) == (built.observation_space, built.action_space)
+        assert spaces.env_spaces("PointNav", 16) == (built.observation_space, built.action_space)
     finally:
-        policies.env_spaces.cache_clear()
+        spaces.task_spaces.cache_clear()
