@@ -283,9 +283,10 @@ def _gap_rows(attack: str, rows: tuple) -> Loop:
 
 # what each row's gap is attributed to, as far as the arms separate the causes (docs/inversion-attacks.md)
 GAP_WHY = {
-    "qgi_rgb": "**stage 1**: solved (closed form), the paper's setting gives 23.9 dB, in the paper's range and +6.9 "
-               "over the prior; the paper's Adam stage 1 fails on both frames and stage 2 then ends under the prior, "
-               "falling with iterations. **budget**: +3.2 / +8.6 dB over quick once stage 1 is solved. "
+    "qgi_rgb": "**stage 1**: solved (closed form), the paper's setting gives 37.8 dB (median 29.0; 23.7-32.1 on six "
+               "frames, 48 and 93 on two), above the paper's 21.0 and +21.3 [+11.7, +46.0] over the prior; the "
+               "paper's Adam stage 1 fails on all 4 frames and stage 2 then ends under the prior, falling with "
+               "iterations. **budget**: +3 to +75 dB over quick (median +10) once stage 1 is solved. "
                "**resolution**: none at quick (12 frames). **scene**: not separated",
     "ssim": "**resolution** raises SSIM-Y of every image, priors included (a flat mean-colour frame: 0.61-0.64 at "
             "64x64, 0.76 at 150x150, 12 frames), so part of the paper's SSIM is the metric at 150x150; the rest "
@@ -293,13 +294,14 @@ GAP_WHY = {
     "depth": "**stage 1** alone (depth is a stage-1 variable): exact when solved, at the prior when Adam fails. "
              "**architecture**: in the paper depth passes convolutions, in SB3's MultiInputPolicy it enters the "
              "first linear layer verbatim",
-    "box": "not measured: the target is in view in none of these frames, so every empty box scores 1 and a "
-           "spurious one 0",
+    "box": "barely measured: the target is in view in 1 of the 24 paper-budget frames (QGI, closed form: IoU 1.0, "
+           "every prior 0); elsewhere every empty box scores 1 and a spurious one 0",
     "qgi_q": "**stage 1** alone: the rule's Q and TD target are exact from an exact stage 1 (the paper's ~1%) and "
              "as wrong as its features otherwise, worse than the median train value",
-    "rgi_rgb": "**scene and stage 1**: even solved at the paper's resolution and budget (17.8 dB on one frame, the "
-               "paper's mean) RGI stays under our rooms' mean train frame (-1.4 dB); Adam's stage 1 fails as "
-               "QGI's. **budget**: +1.5 / +1.2 dB once solved. **resolution**: none at quick",
+    "rgi_rgb": "**stage 1, then the scene**: solved at the paper's resolution and budget RGI gives 18.6 dB (13.3-24.3, "
+               "8 frames), the paper's 17.1, yet only +1.9 [-0.2, +5.1] over our rooms' mean train frame (CI "
+               "spans 0); Adam's stage 1 fails as QGI's. **budget**: +1.1 to +10.5 dB (median +1.7) once solved. "
+               "**resolution**: none at quick",
     "rgi_return": "no gap: read by the rule (eq. 7) in every arm; at init the policy's probabilities hardly depend "
                   "on the state",
 }
