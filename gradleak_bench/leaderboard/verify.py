@@ -137,7 +137,23 @@ class RecordCheck(Check):
     def describe(self) -> str:
         verdict = "ok" if self.ok else "FAILED: the verification record is not reproduced on new fresh layouts"
         return (f"{self.metric}: record {self.entry_mean:.6g}, new fresh layouts {self.rerun_mean:.6g} over {self.k}, "
-                f"|diff| {abs(self.rerun_mean - self.entry_mean):.3g} <= {self.tolerance:.3g}? {verdict}")
+                f"|diff| {abs(self.rerun_mean - self.entry_mean):.3g} <= {self.tolerance:.3g}? {verdict}{self.note}")
+
+
+DIAGNOSTIC_NOTE = (" (a diagnostic no board ranks by: reported, never refused; mostly zeros with a rare large value, a "
+                   "box seen in a few frames, its mean over a few fresh layouts is not near-normal)")
+
+
+def diagnostic(metric: str) -> bool:
+    """A metric no board ranks by: the all-frame box metrics that a constant wins
+    (:data:`gradleak_bench.leaderboard.boards.HEADLINE`). Its fresh-layout and record checks are reported but
+    never refuse: CI's two fresh layouts refused honest records on them twice (a box seen in one layout gives
+    a mean far from 16 layouts', beyond a normal-theory tolerance), and a forged value there changes no rank."""
+    from gradleak_bench.leaderboard.boards import HEADLINE, metric_fields
+
+    base = metric.split(".")[0].removeprefix("fresh:").removeprefix("record:")
+    field = metric_fields().get(base)
+    return field in HEADLINE and base not in HEADLINE[field]
 
 
 @dataclass(frozen=True)
@@ -302,6 +318,8 @@ def check_fresh(metric: str, higher_is_better: bool, entry_rows: list[float], id
     tol = critical(dof) * math.sqrt(a + b) + floor(mu)
     hint = ("" if drop <= tol or dof_a + dof_b >= MIN_DOF else
             f" (no spread measured on {len(f)} fresh value(s): re-run with more --fresh-layouts)")
+    if diagnostic(metric):
+        return FreshCheck(f"fresh:{metric}", mu, mean_f, len(f), tol, True, f"{drop:.3g}{DIAGNOSTIC_NOTE}")
     return FreshCheck(f"fresh:{metric}", mu, mean_f, len(f), tol, drop <= tol, f"{drop:.3g}{hint}")
 
 
@@ -604,8 +622,10 @@ def check_record(record: VerificationRecord, public: Rerun, fresh: Rerun) -> tup
                 continue
             mu = float(r.mean())
             tol = standard_error_scale(label, z, own, recorded) * math.sqrt(1 / len(z) + 1 / r.size) + floor(mu)
+            within = abs(float(np.mean(z)) - mu) <= tol
             found.append(RecordCheck(f"record:{label}", mu, float(np.mean(z)), len(z), tol,
-                                     abs(float(np.mean(z)) - mu) <= tol))
+                                     within or diagnostic(label), "" if within or not diagnostic(label)
+                                     else DIAGNOSTIC_NOTE))
     return found, problems
 
 
