@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from gradleak_bench.dataset_config import DEFAULT_BACKEND
 from gradleak_bench.errors import (
-    LayoutFactsUnavailableError, PluginLoadError, SimulatorUnavailableError, UnknownNameError,
+    GradleakError, LayoutFactsUnavailableError, PluginLoadError, SimulatorUnavailableError, UnknownNameError,
 )
+
+if TYPE_CHECKING:
+    from gradleak_bench.tasks import TaskSpec
 
 
 @dataclass(frozen=True, eq=False)
@@ -302,6 +306,30 @@ def require_backend(name: str) -> type:
     if check is not None:
         check()
     return adapter
+
+
+def resolve_backend(name: str, task: TaskSpec, split: str = "test",
+                    scenes: tuple[str, ...] = ()) -> tuple[str, tuple[str, ...]]:
+    """A backend name checked for a task, with its scene files: known, its simulator installed (else the
+    install command), one the task runs on, and its layouts nameable -- a split name, or for a backend that
+    takes scenes by path (Habitat) the scene files ``scenes`` name (folders expanded, paths made absolute).
+    PyBullet, the default, is embedded: nothing is imported for it."""
+    if name == DEFAULT_BACKEND and not scenes:
+        return name, ()
+    adapter = require_backend(name)
+    if task.backends is not None and name not in task.backends:
+        raise GradleakError(f"task {task.name} runs on the {', '.join(task.backends)} backend only, not {name!r}")
+    files: tuple[str, ...] = ()
+    if scenes:
+        listing = getattr(adapter, "scene_list", None)
+        if listing is None:
+            raise GradleakError(f"--scenes is for a backend that takes its scenes by path (habitat); the {name} "
+                                "backend's layouts are its split's (--split)")
+        files = tuple(f for given in scenes for f in listing(given))
+    # the backend's own check of its layouts (a split name, or scene files that must exist): a bad one is
+    # named here, before any simulator starts
+    adapter.resolve_layouts(list(files) if files else split.removesuffix("-full"))
+    return name, files
 
 
 def as_int_layout(value: Any) -> Any:

@@ -542,7 +542,8 @@ def train_defense_cmd(
     Example: gradleak-bench train-defense dp_sgd -D C=1 -D sigma=0.5 --task ActivePerception --victim reinforce --budget 8192
     """
     from gradleak_bench import plugins
-    from gradleak_bench.run.plan import bind, resolve_split
+    from gradleak_bench.registry import bind
+    from gradleak_bench.run.plan import resolve_split
     from gradleak_bench.victims.defended import train_defense
 
     # the run's names resolved as every run's are, before any training starts

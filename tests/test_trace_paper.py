@@ -16,7 +16,7 @@ from gradleak_bench.baselines.attacks.trace.training import learning_curve, loss
 from gradleak_bench.errors import GradleakError
 from gradleak_bench.run.auxiliary import AuxiliaryData, DefenseIdentity
 from gradleak_bench.run.config import EvaluateConfig
-from gradleak_bench.run.setup import fit_request
+from gradleak_bench.run.auxiliary import fit_request
 from gradleak_bench.stream.replay import EpisodeGradients
 from gradleak_bench.victims.checkpoint import load_victim, victim_info
 from gradleak_bench.victims.spaces import env_spaces

@@ -37,12 +37,13 @@ def test_the_published_init_checkpoint_is_the_seeded_initialisation():
     import torch
 
     from gradleak_bench.victims.policies import build_policy
+    from gradleak_bench.victims.spaces import env_spaces
 
     spec = get_victim("PointNav", "ppo_compact")
     if find_checkpoint(spec, "init") is None:
         pytest.skip("no init checkpoint is published (tools/publish_zoo.py)")
     loaded = load_victim("PointNav", "ppo_compact", "init").policy.state_dict()
-    for name, value in build_policy(spec).state_dict().items():
+    for name, value in build_policy(spec, env_spaces(spec.task, spec.image_size)).state_dict().items():
         torch.testing.assert_close(loaded[name], value, rtol=1e-5, atol=1e-6)
 
 

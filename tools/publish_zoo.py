@@ -29,7 +29,7 @@ from gradleak_bench import splits
 from gradleak_bench.victims.checkpoint import save_checkpoint
 from gradleak_bench.victims.card import cached_dir, packaged_dir
 from gradleak_bench.victims.policies import build_policy
-from gradleak_bench.tasks import get_task
+from gradleak_bench.victims.spaces import env_spaces
 from gradleak_bench.victims.zoo import NOT_LEARNED, VICTIMS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +44,7 @@ def publish_checkpoints(tasks: tuple[str, ...] = (), victims: tuple[str, ...] = 
         # A committed init is never rewritten: on another CPU the seeded initialisation differs in the last
         # bits, and the committed file *is* the checkpoint (its sha256 is part of the split identity).
         if not (target / "init.safetensors").is_file():
-            save_checkpoint(build_policy(spec), spec, "init", target, {"note": "seeded initialisation"})
+            save_checkpoint(build_policy(spec, env_spaces(spec.task, spec.image_size)), spec, "init", target, {"note": "seeded initialisation"})
         else:
             rehash_init(spec, target)
         source = cached_dir(spec)

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gradleak_bench.errors import GradleakError
 from gradleak_bench.records import Episode, GradientStream
 from gradleak_bench.victims.checkpoint import LoadedVictim
+
+if TYPE_CHECKING:
+    from gradleak_bench.run.config import EvaluateConfig
 
 
 # Tags the attacker's own defense draws: a SeedSequence of (tag, seed, episode index) never equals the scorer's
@@ -49,6 +52,13 @@ class DefenseIdentity:
         from gradleak_bench.run.store import file_sha256
 
         return cls(reference, dict(params or {}), file_sha256(reference))
+
+
+def fit_request(config: EvaluateConfig) -> dict[str, Any]:
+    """The header of the attack's ``fit`` request: the run's defense as the threat model makes it public
+    (reference and parameters, never its draws), so an adaptive attacker can train behind the same defense."""
+    defense = DefenseIdentity.of(config.defense, config.defense_params)
+    return {"defense": None if defense is None else defense.to_dict()}
 
 
 class AuxiliaryData:

@@ -23,10 +23,11 @@ from gradleak_bench.metrics import select_metrics
 from gradleak_bench.paths import atomic_write_bytes, dumps_strict
 from gradleak_bench.dataset_config import DEFAULT_BACKEND
 from gradleak_bench.run.config import EvaluateConfig
+from gradleak_bench.run.results import split_role
 from gradleak_bench.run.fresh import FreshLayouts, generate_fresh
-from gradleak_bench.run.sandbox import PluginFailure
-from gradleak_bench.run.setup import (attack_reads, defense_step_guarantees, fit_request, gradient_source,
-                                      introduce_victim, run_victim, start_plugins)
+from gradleak_bench.run.sandbox import PluginFailure, start_plugins
+from gradleak_bench.run.setup import (attack_reads, defense_step_guarantees, gradient_source, introduce_victim,
+                                      run_victim)
 from gradleak_bench.run.tracking import start_tracking
 from gradleak_bench.run.scorer import Controls, EpisodeRow, Reference, summarise_metrics
 from gradleak_bench.run.plan import RunPlan, resolve
@@ -226,6 +227,8 @@ class _Run:
         return store
 
     def _fit(self) -> None:
+        from gradleak_bench.run.auxiliary import fit_request
+
         attack = self.context.attack
         start = time.perf_counter()
         try:
@@ -336,19 +339,6 @@ class _Run:
         if config.backend != DEFAULT_BACKEND:  # recorded off the default only: PyBullet summaries are unchanged
             summary["backend"] = config.backend
         return summary
-
-
-def split_role(split: str, fresh: bool, backend: str = DEFAULT_BACKEND) -> str | None:
-    """What a run's score stands for: ``development`` for the public held-out split (anyone can regenerate its
-    episodes from public code, so its score is never an official one), ``fresh`` for layouts drawn from
-    os.urandom after the plug-ins started (the official protocol, docs/leaderboard.md); ``unofficial`` for any
-    split of another backend than PyBullet (official splits and the leaderboard are PyBullet's); None for
-    PyBullet's train and val."""
-    if fresh:
-        return "fresh"
-    if backend != DEFAULT_BACKEND:
-        return "unofficial"
-    return "development" if split in ("test", "test-full") else None
 
 
 def _versions() -> dict[str, str]:

@@ -16,29 +16,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradleak_bench.dataset_config import DEFAULT_BACKEND, DatasetConfig, check_protocol, split_config
-from gradleak_bench.errors import GradleakError, PluginLoadError
+from gradleak_bench.errors import GradleakError
 from gradleak_bench.run.config import EvaluateConfig, check_config
 
 if TYPE_CHECKING:
     from gradleak_bench.tasks import TaskSpec
+    from gradleak_bench.registry import PluginBinding
     from gradleak_bench.victims.card import Located, VictimCard
     from gradleak_bench.victims.zoo import VictimSpec
-
-
-@dataclass(frozen=True)
-class PluginBinding:
-    """A plug-in reference resolved at the edge: ``reference`` as given (what the sealed process loads and
-    results record), ``target`` what it names (``module:Class`` of a registered name, else the reference)."""
-
-    kind: str
-    reference: str
-    params: dict[str, Any] = field(default_factory=dict)
-    target: str = ""
 
 
 @dataclass(frozen=True)
@@ -116,6 +106,7 @@ def resolve(config: EvaluateConfig | RunPlan) -> RunPlan:
     """
     if isinstance(config, RunPlan):
         return config
+    from gradleak_bench.registry import bind
     from gradleak_bench.victims.card import locate
 
     check_config(config)
@@ -141,6 +132,7 @@ def resolve_split(task: str, victim: str | None = None, checkpoint: str = "init"
 def _resolve_split(task: str, victim: str | None, checkpoint: str, split: str, episodes_per_layout: int | None,
                    seed: int, protocol: str | None, backend: str,
                    scenes: tuple[str, ...]) -> tuple[TaskSpec, VictimSpec, DatasetConfig]:
+    from gradleak_bench.envs.backend import resolve_backend
     from gradleak_bench.tasks import get_task
     from gradleak_bench.victims.zoo import check_checkpoint, victim_of
 
@@ -149,47 +141,3 @@ def _resolve_split(task: str, victim: str | None, checkpoint: str, split: str, e
     backend, files = resolve_backend(backend, spec, split, tuple(scenes))
     return spec, victim_spec, split_config(spec, victim_spec.name, checkpoint, split, episodes_per_layout, seed,
                                            protocol, backend, files)
-
-
-def resolve_backend(name: str, task: TaskSpec, split: str = "test",
-                    scenes: tuple[str, ...] = ()) -> tuple[str, tuple[str, ...]]:
-    """A backend name checked for a task, with its scene files: known, its simulator installed (else the
-    install command), one the task runs on, and its layouts nameable -- a split name, or for a backend that
-    takes scenes by path (Habitat) the scene files ``scenes`` name (folders expanded, paths made absolute).
-    PyBullet, the default, is embedded: nothing is imported for it."""
-    if name == DEFAULT_BACKEND and not scenes:
-        return name, ()
-    from gradleak_bench.envs.backend import require_backend
-
-    adapter = require_backend(name)
-    if task.backends is not None and name not in task.backends:
-        raise GradleakError(f"task {task.name} runs on the {', '.join(task.backends)} backend only, not {name!r}")
-    files: tuple[str, ...] = ()
-    if scenes:
-        listing = getattr(adapter, "scene_list", None)
-        if listing is None:
-            raise GradleakError(f"--scenes is for a backend that takes its scenes by path (habitat); the {name} "
-                                "backend's layouts are its split's (--split)")
-        files = tuple(f for given in scenes for f in listing(given))
-    # the backend's own check of its layouts (a split name, or scene files that must exist): a bad one is
-    # named here, before any simulator starts
-    adapter.resolve_layouts(list(files) if files else split.removesuffix("-full"))
-    return name, files
-
-
-def bind(kind: str, reference: str, params: dict[str, Any] | None = None) -> PluginBinding:
-    """A plug-in reference checked without importing it: a name must be registered (the registry's
-    close-match message otherwise); ``module:Class`` must have both parts and ``file.py:Class`` its file."""
-    from gradleak_bench import registry
-
-    module, sep, attr = reference.partition(":")
-    if sep:
-        if not module or not attr:
-            raise PluginLoadError(f"{reference!r} is not of the form module:Class or path/to/file.py:Class")
-        if (module.endswith(".py") or "/" in module or "\\" in module) and not Path(module).is_file():
-            raise PluginLoadError(f"plug-in file {module} does not exist")
-        return PluginBinding(kind, reference, dict(params or {}), reference)
-    # gradleak-bench's own names first: they always win (registry.available), and reading them scans no
-    # installed distribution
-    spec = registry.builtin(kind).get(reference) or registry.find(kind, reference)
-    return PluginBinding(kind, reference, dict(params or {}), spec.target or reference)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gradleak_bench.dataset_config import DEFAULT_BACKEND
 from gradleak_bench.errors import CorruptFileError
 
 # Round-off allowed when checking that a mean lies inside its own interval (values come from JSON text).
@@ -176,3 +177,16 @@ def _within(interval: Interval, bounds: tuple[float, float], where: str) -> None
     if interval.ci_low < low - _SLACK or interval.ci_high > high + _SLACK:
         raise CorruptFileError(f"{where}: [{interval.ci_low}, {interval.ci_high}] is outside the metric's possible "
                                f"range [{low}, {high}]")
+
+
+def split_role(split: str, fresh: bool, backend: str = DEFAULT_BACKEND) -> str | None:
+    """What a run's score stands for: ``development`` for the public held-out split (anyone can regenerate its
+    episodes from public code, so its score is never an official one), ``fresh`` for layouts drawn from
+    os.urandom after the plug-ins started (the official protocol, docs/leaderboard.md); ``unofficial`` for any
+    split of another backend than PyBullet (official splits and the leaderboard are PyBullet's); None for
+    PyBullet's train and val."""
+    if fresh:
+        return "fresh"
+    if backend != DEFAULT_BACKEND:
+        return "unofficial"
+    return "development" if split in ("test", "test-full") else None

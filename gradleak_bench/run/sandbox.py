@@ -114,6 +114,24 @@ def sealed_plan(plan: RunPlan, fresh: Any = None) -> tuple[RunPlan, str | None]:
     return plan, None
 
 
+def start_plugins(plan: RunPlan, hidden: list[Path]) -> tuple[PluginProcess, PluginProcess | None]:
+    """The run's plug-in processes (the defense none needs none: it releases the exact gradients)."""
+    config = plan.config
+    # a plug-in whose code cannot be hashed without importing it (module:Class) gets a cache private to the run
+    scope = str(Path(config.out).resolve())
+    attack = PluginProcess("attack", plan.attack.reference, dict(plan.attack.params), config.sealed, hidden,
+                           config.limits, scope)
+    defense = None
+    if plan.defense is not None:
+        try:
+            defense = PluginProcess("defense", plan.defense.reference, dict(plan.defense.params), config.sealed,
+                                    hidden, config.limits, scope)
+        except BaseException:
+            attack.close()
+            raise
+    return attack, defense
+
+
 def plugin_cache(kind: str, reference: str, scope: str | None = None) -> Path:
     """The plug-in's own persistent cache (auxiliary train data, fitted models): writable by it, never read by
     the scorer, and private to its code: ``<cache>/plugins/<kind>-<sha256 of its code identity>``

@@ -1,47 +1,20 @@
 """Setting a run up: its gradient source and its plug-in processes (shared by the driver and Ray workers).
 
-This module imports no torch at load: a run starts its plug-in processes (:func:`start_plugins`) first, so
-their start overlaps the scorer's own imports, and a warm run (the victim's card and the gradients its attack
-reads cached) imports no torch at all."""
+This module imports no torch at load: a run starts its plug-in processes
+(:func:`~gradleak_bench.run.sandbox.start_plugins`) first, so their start overlaps the scorer's own imports, and
+a warm run (the victim's card and the gradients its attack reads cached) imports no torch at all."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradleak_bench.run.config import EvaluateConfig
-from gradleak_bench.run.sandbox import PluginProcess
+
 
 if TYPE_CHECKING:
+    from gradleak_bench.run.sandbox import PluginProcess
     from gradleak_bench.run.plan import RunPlan
     from gradleak_bench.victims.card import VictimCard
     from gradleak_bench.victims.checkpoint import LoadedVictim
-
-
-def start_plugins(plan: RunPlan, hidden: list[Path]) -> tuple[PluginProcess, PluginProcess | None]:
-    """The run's plug-in processes (the defense none needs none: it releases the exact gradients)."""
-    config = plan.config
-    # a plug-in whose code cannot be hashed without importing it (module:Class) gets a cache private to the run
-    scope = str(Path(config.out).resolve())
-    attack = PluginProcess("attack", plan.attack.reference, dict(plan.attack.params), config.sealed, hidden,
-                           config.limits, scope)
-    defense = None
-    if plan.defense is not None:
-        try:
-            defense = PluginProcess("defense", plan.defense.reference, dict(plan.defense.params), config.sealed,
-                                    hidden, config.limits, scope)
-        except BaseException:
-            attack.close()
-            raise
-    return attack, defense
-
-
-def fit_request(config: EvaluateConfig) -> dict[str, Any]:
-    """The header of the attack's ``fit`` request: the run's defense as the threat model makes it public
-    (reference and parameters, never its draws), so an adaptive attacker can train behind the same defense."""
-    from gradleak_bench.run.auxiliary import DefenseIdentity
-
-    defense = DefenseIdentity.of(config.defense, config.defense_params)
-    return {"defense": None if defense is None else defense.to_dict()}
 
 
 def run_victim(plan: RunPlan, load: bool = False) -> tuple[VictimCard, LoadedVictim | None, Any]:

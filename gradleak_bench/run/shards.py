@@ -102,7 +102,8 @@ class EpisodeWorker:
     def _build(self) -> Any:
         from gradleak_bench import dataset as datasets
         from gradleak_bench.run.pipeline import Context
-        from gradleak_bench.run.setup import attack_reads, gradient_source, run_victim, send_victim, start_plugins
+        from gradleak_bench.run.sandbox import start_plugins
+        from gradleak_bench.run.setup import attack_reads, gradient_source, run_victim, send_victim
 
         if self.cache:  # the driver's cache: the dataset is found there on a single machine
             os.environ["GRADLEAK_BENCH_CACHE"] = self.cache
@@ -127,7 +128,7 @@ class EpisodeWorker:
                                 f"{self.metric_names}: run every node with the same gradleak-bench version")
         n_actions = send_victim([attack, defense], card, victim)
         if attack.has("fit"):  # its own fit, in its own sealed process: no fitted object crosses processes
-            from gradleak_bench.run.setup import fit_request
+            from gradleak_bench.run.auxiliary import fit_request
 
             attack.step("fit", "fit", fit_request(cfg))
         reads = attack_reads(attack, card.gradient_shapes)

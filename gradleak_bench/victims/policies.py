@@ -14,7 +14,6 @@ from stable_baselines3.common.preprocessing import is_image_space, is_image_spac
 from stable_baselines3.common.vec_env import VecTransposeImage
 
 from gradleak_bench.victims.architectures import EXTRACTORS
-from gradleak_bench.victims.spaces import env_spaces
 from gradleak_bench.victims.zoo import VictimSpec
 
 
@@ -71,14 +70,14 @@ class _NoOptimizer:
         return None
 
 
-def build_policy(spec: VictimSpec, spaces: tuple[gym.Space, gym.Space] | None = None) -> BasePolicy:
-    """The victim's policy with its seeded ``init`` weights, in evaluation mode on the CPU (``spaces``: its
-    task's environment spaces when the caller has them, else found from its task).
+def build_policy(spec: VictimSpec, spaces: tuple[gym.Space, gym.Space]) -> BasePolicy:
+    """The victim's policy with its seeded ``init`` weights, in evaluation mode on the CPU; ``spaces``: its
+    task's environment (observation, action) spaces (:func:`~gradleak_bench.victims.spaces.task_spaces`).
 
     The policy has no real optimiser (:class:`_NoOptimizer`); training builds the SB3 model, which makes its
     own, and copies these weights into it.
     """
-    obs_space, action_space = spaces or env_spaces(spec.task, spec.image_size)
+    obs_space, action_space = spaces
     policy_cls = algorithm_class(spec.algo).policy_aliases[spec.policy]
     lr = float(spec.train.hyperparams.get("learning_rate", 3e-4))
     kwargs = {**resolve_policy_kwargs(spec.policy_kwargs), "optimizer_class": _NoOptimizer}

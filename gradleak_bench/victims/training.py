@@ -24,6 +24,7 @@ from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.checkpoint import load_victim, save_checkpoint
 from gradleak_bench.victims.card import cached_dir
 from gradleak_bench.victims.policies import algorithm_class, build_policy, resolve_policy_kwargs
+from gradleak_bench.victims.spaces import env_spaces
 from gradleak_bench.victims.validation import rollouts, wilson
 from gradleak_bench.victims.zoo import VictimSpec, get_victim
 
@@ -179,7 +180,7 @@ def _start_weights(spec: VictimSpec) -> dict[str, torch.Tensor]:
     if spec.train.start != "init":
         raise GradleakError(f"{spec.key} differs from the zoo's victim in more than its training, so it has no "
                             f"committed {spec.train.start!r} checkpoint to start from; start from init.")
-    return build_policy(spec).state_dict()
+    return build_policy(spec, env_spaces(spec.task, spec.image_size)).state_dict()
 
 
 def with_budget(spec: VictimSpec, budget: int | None = None, seed: int | None = None,
