@@ -1,4 +1,4 @@
-"""Speed of the optimisation-based inversion attacks on this CPU (baselines/attacks/inverting.py).
+"""Speed of the optimisation-based inversion attacks on this CPU (baselines/attacks/).
 
 For each attack, on its standard ActivePerception victim at ``init`` (``dqn``: inverting_gradients, dlg, idlg,
 qgi; ``reinforce``: rgi), one held-out episode of 8 frames:
@@ -27,7 +27,12 @@ import numpy as np
 import torch
 
 from gradleak_bench import dataset as datasets
-from gradleak_bench.baselines.attacks import inverting as inv
+from gradleak_bench.baselines.attacks.dlg import DLG
+from gradleak_bench.baselines.attacks.idlg import IDLG
+from gradleak_bench.baselines.attacks.inverting_gradients import InvertingGradients
+from gradleak_bench.baselines.attacks.qgi import QGI
+from gradleak_bench.baselines.attacks.rgi import RGI
+from gradleak_bench.baselines.attacks.two_stage import PRESETS as QR_PRESETS
 from gradleak_bench.records import GradientStream, ObservedEpisode
 from gradleak_bench.run.evaluation import select_episodes
 from gradleak_bench.stream.replay import EpisodeGradients
@@ -74,10 +79,10 @@ def main() -> None:
                      "note": ("paper-preset seconds are extrapolated from LO/HI-iteration runs, not measured in full; "
                               "the machine was shared (see load average), so treat times as upper bounds")}
     plans = {
-        "inverting_gradients": ("dqn", lambda n: inv.InvertingGradients(iterations=n),
+        "inverting_gradients": ("dqn", lambda n: InvertingGradients(iterations=n),
                                 {"quick": 100, "paper": 4800}),
-        "dlg": ("dqn", lambda n: inv.DLG(iterations=n), {"quick": 30, "paper": 300}),
-        "idlg": ("dqn", lambda n: inv.IDLG(iterations=n), {"quick": 30, "paper": 300}),
+        "dlg": ("dqn", lambda n: DLG(iterations=n), {"quick": 30, "paper": 300}),
+        "idlg": ("dqn", lambda n: IDLG(iterations=n), {"quick": 30, "paper": 300}),
     }
     cache: dict = {}
     for name, (victim, make, presets) in plans.items():
@@ -91,22 +96,22 @@ def main() -> None:
             "iterations": presets,
         }
         print(name, results["attacks"][name], flush=True)
-    for name, cls, victim in (("qgi", inv.QGI, "dqn"), ("rgi", inv.RGI, "reinforce")):
+    for name, cls, victim in (("qgi", QGI, "dqn"), ("rgi", RGI, "reinforce")):
         observed, info = cache.setdefault(victim, setup(victim))
         frames = observed.gradients.length
         it1, o1 = per_iteration(lambda n: cls(stage1=n, stage2=0), observed, info)
         it2, _ = per_iteration(lambda n: cls(stage1=0, stage2=n), observed, info)
         entry = {"victim": victim, "stage1_iterations_per_s": 1.0 / it1, "stage2_iterations_per_s": 1.0 / it2,
                  "setup_s": o1, "s_per_frame": {}, "iterations": {}}
-        for preset, p in inv._PRESETS_QR.items():
+        for preset, p in QR_PRESETS.items():
             entry["iterations"][preset] = p
             entry["s_per_frame"][preset] = (o1 + p["stage1"] * it1 + p["stage2"] * it2) / frames
         results["attacks"][name] = entry
         print(name, entry, flush=True)
 
     # batched vs looped: the same frames, HI iterations each
-    for name, make, victim in (("inverting_gradients", lambda: inv.InvertingGradients(iterations=HI), "dqn"),
-                               ("qgi", lambda: inv.QGI(stage1=HI, stage2=HI), "dqn")):
+    for name, make, victim in (("inverting_gradients", lambda: InvertingGradients(iterations=HI), "dqn"),
+                               ("qgi", lambda: QGI(stage1=HI, stage2=HI), "dqn")):
         observed, info = cache[victim]
         batched = timed(make(), observed, info)
         looped = sum(timed(make(), one_frame(observed, t), info) for t in range(observed.gradients.length))

@@ -83,7 +83,7 @@ def trace_report(unit: dict[str, Any]) -> dict[str, Any]:
     """The cached TRACE attacker's training report (per-epoch losses, val action MAE and PSNR, seconds)."""
     from gradleak_bench.baselines.attacks import trace as tr
     from gradleak_bench.run.config import EvaluateConfig
-    from gradleak_bench.run.setup import make_gradients
+    from gradleak_bench.run.released import make_gradients
     from gradleak_bench.victims.checkpoint import load_victim, victim_info
 
     victim = load_victim(TASK, unit["victim"], unit["checkpoint"])

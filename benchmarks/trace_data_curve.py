@@ -291,14 +291,15 @@ class SharedEpisodes:
                 max_episodes: int | None = None, sequence_length: int | None = None,
                 protocol: str | None = None, defended: bool = False) -> Iterator[tuple[Any, Any]]:
         from gradleak_bench import dataset as datasets
+        from gradleak_bench import dataset_config
         from gradleak_bench.run.episodes import generate_episodes
 
         if defended or split not in ("train", "val"):
             raise ValueError("SharedEpisodes serves exact train/val episodes only")
-        config = datasets.DatasetConfig(
+        config = dataset_config.DatasetConfig(
             task=TASK, victim=self.victim.spec.name, checkpoint=self.victim.checkpoint, split=split,
             episodes_per_layout=episodes_per_layout, seed=seed, sequence_length=sequence_length or SEQUENCE_STEPS,
-            protocol=datasets.check_protocol(protocol or datasets.FIRST8))
+            protocol=dataset_config.check_protocol(protocol or dataset_config.FIRST8))
         entries = datasets.plan(config)[:max_episodes]
         key = (split, config.sequence_length, config.protocol)
         missing = [e for e in entries if key + e[1:] not in self.episodes]

@@ -151,6 +151,7 @@ def generate(
     config = resolve_split(task, victim, checkpoint, split, episodes, seed, protocol, backend,
                            tuple(str(s) for s in scenes))
     from gradleak_bench import dataset as datasets
+    from gradleak_bench import dataset_config
 
     with get_executor(executor, ray_address) as ex:
         ds = datasets.load_or_generate(config, path=out / f"{config.key}.h5" if out else None, executor=ex)
@@ -172,7 +173,7 @@ def generate(
         identical = _bit_identical(config, verified)
         table.add_row("manifest", "the official split" + (", bit-identical to the recording" if identical else
                       ", float fields within tolerance of the recording (another CPU's rounding)"))
-    elif config.backend != datasets.DEFAULT_BACKEND:
+    elif config.backend != dataset_config.DEFAULT_BACKEND:
         table.add_row("manifest", f"no official split on the {config.backend} backend: an unofficial draw "
                       "(official splits are PyBullet's)")
     else:

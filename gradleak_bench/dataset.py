@@ -31,10 +31,9 @@ import numpy as np
 
 from gradleak_bench import split_identity, splits
 from gradleak_bench.errors import ChecksumMismatchError, CorruptFileError, SplitMismatchError
-# the split's description lives in a light module (a run resolves it before importing this one); its names are
-# part of this module's interface (datasets.DatasetConfig, datasets.FIRST8, ...)
-from gradleak_bench.dataset_config import (  # noqa: F401
-    DEFAULT_BACKEND, FIRST8, FULL_SUFFIX, PROTOCOLS, TRACE_WINDOWS, DatasetConfig, check_protocol, split_config,
+# the split's description lives in a light module (a run resolves it before importing this one)
+from gradleak_bench.dataset_config import (
+    DEFAULT_BACKEND, FIRST8, TRACE_WINDOWS, DatasetConfig, check_protocol, split_config,
 )
 from gradleak_bench.paths import cache_dir
 from gradleak_bench.records import Episode
@@ -66,7 +65,7 @@ def episode_seed(seed: int, layout_id: int, index: int) -> int:
 @dataclass(frozen=True)
 class WindowedEpisode(Episode):
     """The stored window of a longer episode: ``steps`` hold the window, whose targets were computed over the
-    whole episode (:data:`PROTOCOLS`). ``episode_actions`` are every executed action of the episode (what an
+    whole episode (:data:`~gradleak_bench.dataset_config.PROTOCOLS`). ``episode_actions`` are every executed action of the episode (what an
     official split records and replays, so the part beyond the window is exact too); ``window_start`` is the
     window's first step."""
 

@@ -394,8 +394,9 @@ def train_episodes(config: PriorConfig, progress: bool = False) -> Iterator[Epis
     also reads (generated once); otherwise the first ``config.max_episodes`` are generated on the fly.
     """
     from gradleak_bench import dataset as datasets
+    from gradleak_bench import dataset_config
 
-    ds_config = datasets.DatasetConfig(
+    ds_config = dataset_config.DatasetConfig(
         task=config.task, victim=config.victim, checkpoint=config.checkpoint, split="train",
         episodes_per_layout=config.episodes_per_layout, seed=config.dataset_seed,
         sequence_length=config.sequence_length, backend=config.backend,

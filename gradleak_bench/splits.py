@@ -58,7 +58,7 @@ def check_layout_id(layout_id: int, version: str = MANIFEST_VERSION) -> int:
 
 
 def official_identity(dataset_key: str, version: str = MANIFEST_VERSION) -> str | None:
-    """The identity of the official dataset ``dataset_key`` (a :class:`gradleak_bench.dataset.DatasetConfig`
+    """The identity of the official dataset ``dataset_key`` (a :class:`gradleak_bench.dataset_config.DatasetConfig`
     key), or None when the manifest records none for it: then no dataset of that config is official."""
     return manifest(version).get("datasets", {}).get(dataset_key)
 

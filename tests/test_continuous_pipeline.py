@@ -51,13 +51,14 @@ def test_recorded_float_actions_replay_the_same_episode(test_env, victim_name: s
 def test_a_window_of_a_continuous_episode_round_trips_the_file(tmp_path, test_env) -> None:
     """trace-windows: the window's whole-episode float actions are stored, read back exactly, and hashed."""
     from gradleak_bench import dataset as datasets
+    from gradleak_bench import dataset_config
     from gradleak_bench.victims.checkpoint import load_victim
 
     victim = load_victim(TASK, "ppo_gaussian", "init")
-    episode = datasets.generate_episode(test_env, victim, 13, 5, 8, "L013-E00", protocol=datasets.TRACE_WINDOWS)
+    episode = datasets.generate_episode(test_env, victim, 13, 5, 8, "L013-E00", protocol=dataset_config.TRACE_WINDOWS)
     assert isinstance(episode, datasets.WindowedEpisode) and len(episode.episode_actions) > 8
-    config = datasets.DatasetConfig(TASK, "ppo_gaussian", "init", episodes_per_layout=1,
-                                    protocol=datasets.TRACE_WINDOWS)
+    config = dataset_config.DatasetConfig(TASK, "ppo_gaussian", "init", episodes_per_layout=1,
+                                          protocol=dataset_config.TRACE_WINDOWS)
     datasets.write(tmp_path / "w.h5", config, [episode])
     back = datasets.open_dataset(tmp_path / "w.h5")
     read = back.episode("L013-E00")

@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 
 from gradleak_bench import dataset as datasets
+from gradleak_bench import dataset_config
 from gradleak_bench import splits
 from gradleak_bench.errors import ChecksumMismatchError, CorruptFileError
 
 
 @pytest.fixture(scope="module")
-def tiny_config() -> datasets.DatasetConfig:
+def tiny_config() -> dataset_config.DatasetConfig:
     return datasets.standard_config("PointNav", "ppo_compact", "init", "test", episodes_per_layout=1)
 
 
@@ -94,8 +95,8 @@ def test_every_standard_split_is_the_official_one():
     for key in splits.manifest()["datasets"]:
         task, victim, checkpoint = key.split("-")[:3]
         full = f"-t{datasets.full_episode_length(task)}-" in key  # a test-full split (issue 6)
-        named = [p for p in datasets.PROTOCOLS if p != datasets.FIRST8 and f"-{p}-" in key]  # first8 is unnamed
-        protocol = named[0] if named else datasets.FIRST8
+        named = [p for p in dataset_config.PROTOCOLS if p != dataset_config.FIRST8 and f"-{p}-" in key]  # first8 is unnamed
+        protocol = named[0] if named else dataset_config.FIRST8
         config = datasets.standard_config(task, victim, checkpoint, "test-full" if full else "test", protocol=protocol)
         assert config.key == key
         assert datasets.check_official(datasets.load_or_generate(config, progress=False)) is True, key

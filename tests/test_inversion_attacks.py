@@ -1,14 +1,17 @@
-"""Optimisation-based inversion attacks (baselines/attacks/inverting.py) on tiny victims, few iterations."""
+"""Optimisation-based inversion attacks (baselines/attacks/: inverting_gradients, dlg, qgi, rgi) on tiny victims, few iterations."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from gradleak_bench import dataset as datasets
 from gradleak_bench import plugins
-from gradleak_bench.baselines.attacks import inverting as inv
+from gradleak_bench.baselines.attacks.dlg import DLG
+from gradleak_bench.baselines.attacks.inverting_gradients import InvertingGradients
+from gradleak_bench.baselines.attacks.qgi import QGI
+from gradleak_bench.baselines.attacks.rgi import RGI
 from gradleak_bench.errors import GradleakError
+from gradleak_bench.inversion import GradientMatcher, VictimNet, original_objective, surrogate_objective
 from gradleak_bench.metrics.images import depth_psnr
 from gradleak_bench.records import GradientStream, ObservedEpisode
 from gradleak_bench.run.config import EvaluateConfig
@@ -67,11 +70,11 @@ def test_matcher_is_exact_at_the_truth():
     objective and for QGI's surrogate <grad_b J, F(x)>: cosine loss 0."""
     episode, stream, gradients, info = _episode("ActivePerception", "dqn_compact")
     inputs = gradients.inputs(episode.steps)
-    net = inv.VictimNet(info)
-    matcher = inv.GradientMatcher(net, stream.tensors)
+    net = VictimNet(info)
+    matcher = GradientMatcher(net, stream.tensors)
     obs = {k: v.float().requires_grad_() for k, v in inputs.obs.items()}
-    original = inv.original_objective(net, inputs.actions, {"q_target": inputs.q_targets})
-    surrogate = inv.surrogate_objective(net, stream.tensors["q_net.q_net.2.bias"], None)
+    original = original_objective(net, inputs.actions, {"q_target": inputs.q_targets})
+    surrogate = surrogate_objective(net, stream.tensors["q_net.q_net.2.bias"], None)
     for objective in (original, surrogate):
         loss = matcher.cosine_loss(lambda: objective(net.features(obs)))
         assert loss.abs().max() < 1e-4
@@ -86,14 +89,14 @@ def test_more_iterations_beat_a_flat_frame():
     flat = depth_psnr(np.full(truth.shape, 5.0), truth).mean()
     scores = {}
     for n in (2, 150):
-        recon = inv.QGI(stage1=n, stage2=1).reconstruct(observed, info)
+        recon = QGI(stage1=n, stage2=1).reconstruct(observed, info)
         scores[n] = np.nanmean(depth_psnr(recon.fields["depth"], truth))
         assert np.mean(recon.fields["action"] == episode.steps["action"]) == 1.0
     assert scores[150] > flat + 10.0, (scores, flat)
     assert scores[150] > scores[2] + 5.0, scores
 
 
-@pytest.mark.parametrize("attack", [inv.InvertingGradients(iterations=2), inv.QGI(stage1=2, stage2=2)],
+@pytest.mark.parametrize("attack", [InvertingGradients(iterations=2), QGI(stage1=2, stage2=2)],
                          ids=["ig", "qgi"])
 def test_divergence_is_reported_per_frame(attack):
     """A frame whose gradient is zero (cosine undefined) or non-finite fails alone; the others are returned."""
@@ -118,12 +121,12 @@ def test_unsupported_victim_is_refused_clearly(tmp_path):
 
 def test_bad_preset_is_a_clear_error():
     with pytest.raises(ValueError, match="preset must be one of"):
-        inv.InvertingGradients(preset="fast")
-    assert inv.InvertingGradients(preset="paper").iterations == 4800
-    assert inv.InvertingGradients(preset="paper").tv == 0.1
+        InvertingGradients(preset="fast")
+    assert InvertingGradients(preset="paper").iterations == 4800
+    assert InvertingGradients(preset="paper").tv == 0.1
 
 
-@pytest.mark.parametrize("cls,victim", [(inv.QGI, "dqn_compact"), (inv.RGI, "reinforce")], ids=["qgi", "rgi"])
+@pytest.mark.parametrize("cls,victim", [(QGI, "dqn_compact"), (RGI, "reinforce")], ids=["qgi", "rgi"])
 def test_rule_based_signals_are_exact_from_an_exact_stage_one(cls, victim):
     """With the linear layers' input solved in closed form, the paper's rules recover Q(s,a) and the TD
     target (QGI, through the gradient-norm ratio) or the return (RGI, entropy removed, action enumerated)."""
@@ -141,7 +144,7 @@ def test_rule_based_signals_are_exact_from_an_exact_stage_one(cls, victim):
 @pytest.mark.parametrize("params", [{"objective": "original"}, {"stages": "joint"}], ids=["original", "joint"])
 def test_ablation_variants_run(params):
     episode, stream, _, info = _episode("ActivePerception", "dqn_compact")
-    recon = inv.QGI(stage1=2, stage2=2, **params).reconstruct(
+    recon = QGI(stage1=2, stage2=2, **params).reconstruct(
         ObservedEpisode("k", np.arange(episode.length), stream), info)
     assert recon.fields["rgb"].shape == episode.steps["rgb"].shape
     assert np.isfinite(recon.fields["q_target"]).all()
@@ -159,9 +162,9 @@ def test_snapshot_iterations_are_parsed_or_refused_clearly():
 
 
 @pytest.mark.parametrize("attack,last", [
-    (inv.InvertingGradients(iterations=3, snapshots="1,3"), 3),
-    (inv.DLG(iterations=2, snapshots="1,2"), 2),
-    (inv.QGI(stage1=2, stage2=3, snapshots="1,3"), 3),
+    (InvertingGradients(iterations=3, snapshots="1,3"), 3),
+    (DLG(iterations=2, snapshots="1,2"), 2),
+    (QGI(stage1=2, stage2=3, snapshots="1,3"), 3),
 ], ids=["ig", "dlg", "qgi"])
 def test_snapshots_are_points_of_the_same_run(attack, last):
     """A budget curve's points come from one run: the snapshot at the last iteration is the returned
@@ -180,7 +183,7 @@ def test_known_scalars_are_not_optimised():
     episode, stream, gradients, info = _episode("ActivePerception", "dqn_compact")
     truth = gradients.inputs(dict(episode.steps)).q_targets.float()
 
-    class Known(inv.InvertingGradients):
+    class Known(InvertingGradients):
         def known_scalars(self, episode, victim):
             return {"q_target": truth}
 
@@ -191,7 +194,7 @@ def test_known_scalars_are_not_optimised():
 
 
 def test_presets_resolve_to_stated_settings():
-    assert inv.InvertingGradients(preset="paper").settings()["iterations"] == 4800
-    assert inv.DLG(preset="paper").settings()["iterations"] == 300
-    assert {k: inv.QGI(preset="paper").settings()[k] for k in ("stage1", "stage2")} == {"stage1": 10_000,
+    assert InvertingGradients(preset="paper").settings()["iterations"] == 4800
+    assert DLG(preset="paper").settings()["iterations"] == 300
+    assert {k: QGI(preset="paper").settings()[k] for k in ("stage1", "stage2")} == {"stage1": 10_000,
                                                                                         "stage2": 10_000}

@@ -23,7 +23,8 @@ from gradleak_bench.errors import CodeBindingError, PluginLoadError
 from gradleak_bench.leaderboard import binding, checks, record as records, schema
 from gradleak_bench.leaderboard.render import (Shown, checked_entries, current_records, render, render_html,
                                                render_markdown, table_rows)
-from gradleak_bench.leaderboard.schema import InvalidEntryError, UnofficialDatasetError, load_entries, parse_entry
+from gradleak_bench.errors import InvalidEntryError, UnofficialDatasetError
+from gradleak_bench.leaderboard.schema import load_entries, parse_entry
 from gradleak_bench.leaderboard.submit import entry_from_results, read_results, read_rows, submit
 from gradleak_bench.leaderboard.verify import check_fresh, check_statistic, compare, rerun, verify_entry, verify_file
 from gradleak_bench.metrics import bootstrap_ci

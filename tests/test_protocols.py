@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from gradleak_bench import dataset as datasets
+from gradleak_bench import dataset_config
 from gradleak_bench import split_identity, splits
 from gradleak_bench.errors import UnknownNameError
 from gradleak_bench.tasks import get_task
@@ -23,7 +24,7 @@ from gradleak_bench.victims import load_victim
 GAMMA = 0.99
 
 
-def _episode(victim, layout: int, seed: int, length: int, protocol: str = datasets.FIRST8, actions=None):
+def _episode(victim, layout: int, seed: int, length: int, protocol: str = dataset_config.FIRST8, actions=None):
     env = gym.make(get_task(victim.spec.task).gym_id, layouts="test", image_size=victim.spec.image_size)
     try:
         return datasets.generate_episode(env.unwrapped, victim, layout, seed, length, "x", actions, protocol)
@@ -120,7 +121,7 @@ def test_protocol_is_in_the_key_only_when_not_the_default():
     assert first8.key == "PointNav-ppo-init-test-e4-t8-s0-v0" and "protocol" not in first8.to_dict()
     trace = datasets.standard_config("PointNav", "ppo", "init", "test", protocol="trace-windows")
     assert trace.key == "PointNav-ppo-init-test-e4-t8-s0-trace-windows-v0"
-    assert datasets.DatasetConfig(**trace.to_dict()) == trace
+    assert dataset_config.DatasetConfig(**trace.to_dict()) == trace
     with pytest.raises(UnknownNameError, match="data protocol"):
         datasets.standard_config("PointNav", "ppo", "init", "test", protocol="last8")
 

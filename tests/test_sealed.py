@@ -157,7 +157,7 @@ def test_fresh_layouts_score_an_honest_attack_and_publish_the_seed_only_after_th
 def test_envs_accept_fresh_ids_only_when_asked():
     import gymnasium as gym
 
-    from gradleak_bench.envs.pybullet.household import FreshLayoutIds
+    from gradleak_bench.envs.pybullet.adapter import FreshLayoutIds
     from gradleak_bench.errors import InvalidLayoutError
 
     with pytest.raises(InvalidLayoutError):

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from gradleak_bench import dataset as datasets
+from gradleak_bench import dataset_config
 from gradleak_bench import split_identity, splits
 from gradleak_bench.errors import ChecksumMismatchError, CorruptFileError, SplitMismatchError
 from gradleak_bench.records import Episode
@@ -24,7 +25,7 @@ TASK, VICTIM, CHECKPOINT = "PointNav", "ppo_compact", "init"
 
 
 @pytest.fixture(scope="module")
-def official_config() -> datasets.DatasetConfig:
+def official_config() -> dataset_config.DatasetConfig:
     config = datasets.standard_config(TASK, VICTIM, CHECKPOINT, "test")
     assert splits.official_identity(config.key) is not None, "the manifest must record this split"
     return config

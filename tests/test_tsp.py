@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from gradleak_bench import dataset as datasets
+from gradleak_bench import dataset_config
 from gradleak_bench.baselines.attacks import tsp as T
 from gradleak_bench.metrics import metrics_for_fields
 from gradleak_bench.metrics.scoring import score
@@ -120,7 +121,7 @@ def pointnav_setup():
     victim = load_victim("PointNav", "ppo_compact", "init")
     gradients = EpisodeGradients(victim.policy, victim.spec.loss, env_spaces("PointNav", victim.spec.image_size)[0])
     info = victim_info(victim, gradients)
-    config = datasets.DatasetConfig("PointNav", "ppo_compact", "init", "test", 1, 80, 0)
+    config = dataset_config.DatasetConfig("PointNav", "ppo_compact", "init", "test", 1, 80, 0)
     episodes = datasets.generate(config, progress=False, limit=3)
     return victim, gradients, info, episodes
 

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from gradleak_bench import dataset as datasets
+from gradleak_bench import dataset_config
 from gradleak_bench import splits
 from gradleak_bench.victims.checkpoint import save_checkpoint
 from gradleak_bench.victims.card import cached_dir, packaged_dir
@@ -79,7 +80,7 @@ def rehash_init(spec, target: Path) -> bool:
 
 
 def record_splits(split: str = "test", tasks: tuple[str, ...] | None = None, resample: bool = False,
-                  protocol: str = datasets.FIRST8, victims: tuple[str, ...] | None = None,
+                  protocol: str = dataset_config.FIRST8, victims: tuple[str, ...] | None = None,
                   checkpoints: tuple[str, ...] = ("init", "trained")) -> None:
     """Record the official datasets of ``split`` (``test`` or ``test-full``) and data ``protocol`` for every
     victim of ``tasks`` (default: all) named in ``victims`` (default: all): the identity in
@@ -133,7 +134,7 @@ def main() -> None:
     parser.add_argument("--task", action="append", help="only this task's victims (repeatable)")
     parser.add_argument("--resample", action="store_true",
                         help="sample the actions anew instead of replaying a recorded split (a new split)")
-    parser.add_argument("--protocol", default=datasets.FIRST8, choices=datasets.PROTOCOLS,
+    parser.add_argument("--protocol", default=dataset_config.FIRST8, choices=dataset_config.PROTOCOLS,
                         help="data protocol of the datasets recorded (docs/tasks.md, 'Data protocols')")
     parser.add_argument("--victim", action="append", help="only this victim (repeatable)")
     parser.add_argument("--checkpoint", action="append", choices=("init", "trained"),

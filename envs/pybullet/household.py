@@ -1,8 +1,8 @@
-"""The PyBullet envs under their former names: the tasks' env classes on the ``pybullet`` backend.
+"""The tasks' env classes fixed on the ``pybullet`` backend, with the apartment and robot of the current episode
+in reach (tests and figure scripts that place the robot by hand).
 
 The tasks live in :mod:`gradleak_bench.envs.pointnav` and :mod:`gradleak_bench.envs.active_perception`, the
-simulator in :mod:`gradleak_bench.envs.pybullet.adapter`; these subclasses only fix the backend and reach the
-apartment and robot of the current episode (tests and figure scripts place the robot by hand).
+simulator in :mod:`gradleak_bench.envs.pybullet.adapter`; these subclasses only fix the backend.
 """
 from __future__ import annotations
 
@@ -10,13 +10,11 @@ from typing import Any
 
 from gradleak_bench.envs.active_perception import ActivePerception
 from gradleak_bench.envs.pointnav import PointNav, PointNavContinuous
-from gradleak_bench.envs.pybullet.adapter import FRESH_HIGH, FRESH_LOW, FreshLayoutIds, resolve_layouts
 from gradleak_bench.envs.pybullet.apartment import Apartment
 from gradleak_bench.envs.pybullet.robot import Robot
 from gradleak_bench.tasks import get_task
 
-__all__ = ["FRESH_HIGH", "FRESH_LOW", "FreshLayoutIds", "resolve_layouts", "PointNavEnv", "ActivePerceptionEnv",
-           "PointNavContinuousEnv"]
+__all__ = ["PointNavEnv", "ActivePerceptionEnv", "PointNavContinuousEnv"]
 
 
 class _OnPyBullet:

@@ -8,9 +8,8 @@ Example:
     >>> from gradleak_bench.leaderboard import load_entries
     >>> entries = load_entries("leaderboard/entries")  # doctest: +SKIP
 """
-from gradleak_bench.leaderboard.schema import (
-    PRIMARY_METRIC, SCHEMA, Entry, InvalidEntryError, UnofficialDatasetError, load_entries, load_entry, parse_entry,
-)
+from gradleak_bench.errors import InvalidEntryError, UnofficialDatasetError
+from gradleak_bench.leaderboard.schema import PRIMARY_METRIC, SCHEMA, Entry, load_entries, load_entry, parse_entry
 
 __all__ = ["PRIMARY_METRIC", "SCHEMA", "Entry", "InvalidEntryError", "UnofficialDatasetError", "load_entries",
            "load_entry", "parse_entry"]

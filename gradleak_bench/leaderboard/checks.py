@@ -184,8 +184,9 @@ def standard_dataset(task: str, victim: str, checkpoint: str, split: str, key: s
     (``first8``, or ``trace-windows`` for a sequence attack's entry); the default protocol's when none does,
     so the caller's comparison of keys reports the mismatch."""
     from gradleak_bench import dataset as datasets
+    from gradleak_bench import dataset_config
 
-    configs = [datasets.standard_config(task, victim, checkpoint, split, protocol=p) for p in datasets.PROTOCOLS]
+    configs = [datasets.standard_config(task, victim, checkpoint, split, protocol=p) for p in dataset_config.PROTOCOLS]
     return next((c for c in configs if c.key == key), configs[0])
 
 

@@ -19,7 +19,9 @@ from pathlib import Path
 
 from gradleak_bench.leaderboard import checks, record, thumbnails
 from gradleak_bench.leaderboard.boards import Board, Verified, boards, fmt, headline
-from gradleak_bench.leaderboard.schema import Entry, Interval, InvalidEntryError, MetricResult, load_entries
+from gradleak_bench.errors import InvalidEntryError
+from gradleak_bench.leaderboard.schema import Entry, load_entries
+from gradleak_bench.run.results import Interval, MetricResult
 
 THUMBNAIL_LINK_ROOT = "thumbnails"
 """README.md links thumbnails relative to its own folder (``leaderboard/``), wherever it is rendered to."""

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from gradleak_bench.errors import InvalidEntryError, UnofficialDatasetError  # noqa: F401  (re-exported)
+from gradleak_bench.errors import InvalidEntryError
 from gradleak_bench.leaderboard.binding import CodeBinding, problems as binding_problems
 from gradleak_bench.leaderboard.bounds import bounds
-from gradleak_bench.run.results import Interval, MetricResult  # noqa: F401  (re-exported: one typed result)
+from gradleak_bench.run.results import MetricResult
 
 SCHEMA = "gradleak-bench-entry/2"
 
@@ -159,7 +159,7 @@ def parse_entry(data: Any, source: str = "entry") -> Entry:
         >>> parse_entry({"task": "Nowhere"})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        gradleak_bench.leaderboard.schema.InvalidEntryError: entry: field 'task' names an unknown task 'Nowhere'...
+        gradleak_bench.errors.InvalidEntryError: entry: field 'task' names an unknown task 'Nowhere'...
     """
     if not isinstance(data, dict):
         raise InvalidEntryError(f"{source}: an entry is a JSON object, not {_json_type(data)}")

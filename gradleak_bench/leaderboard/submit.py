@@ -17,7 +17,8 @@ from typing import Any
 
 from gradleak_bench.errors import CorruptFileError, GradleakError
 from gradleak_bench.leaderboard import binding, checks
-from gradleak_bench.leaderboard.schema import Entry, InvalidEntryError, UnofficialDatasetError, parse_entry
+from gradleak_bench.errors import InvalidEntryError, UnofficialDatasetError
+from gradleak_bench.leaderboard.schema import Entry, parse_entry
 
 _REQUIRED = ("task", "victim", "checkpoint", "split", "dataset", "dataset_identity", "metrics", "n_episodes",
              "n_failed", "versions", "attack", "defense")

@@ -45,7 +45,8 @@ from gradleak_bench.errors import CorruptFileError
 from gradleak_bench.leaderboard import binding, checks
 from gradleak_bench.leaderboard.bounds import bounds
 from gradleak_bench.leaderboard.record import VerificationRecord
-from gradleak_bench.leaderboard.schema import Entry, InvalidEntryError, UnofficialDatasetError
+from gradleak_bench.errors import InvalidEntryError, UnofficialDatasetError
+from gradleak_bench.leaderboard.schema import Entry
 
 Z = 4.0
 """Standard errors allowed: a false alarm on one honest statistic has probability ~6e-5 (normal approx.)."""

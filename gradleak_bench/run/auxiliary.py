@@ -110,14 +110,14 @@ class AuxiliaryData:
                                 "(AuxiliaryData.defense is None): collect exact gradients (defended=False)")
         if split not in ("train", "val"):
             raise GradleakError("auxiliary data may only come from the train or val layouts, never the test split")
-        from gradleak_bench import dataset as datasets
+        from gradleak_bench import dataset_config
         from gradleak_bench.tasks import get_task
 
-        config = datasets.DatasetConfig(
+        config = dataset_config.DatasetConfig(
             task=self._victim.spec.task, victim=self._victim.spec.name, checkpoint=self._victim.checkpoint,
             split=split, episodes_per_layout=episodes_per_layout, seed=seed,
             sequence_length=sequence_length or get_task(self._victim.spec.task).sequence_length,
-            protocol=datasets.check_protocol(protocol or datasets.FIRST8),
+            protocol=dataset_config.check_protocol(protocol or dataset_config.FIRST8),
         )
         engine = self._engine()
         for index, episode in enumerate(_episodes(config, self._victim, max_episodes, self._executor)):

@@ -12,8 +12,8 @@ from gradleak_bench.victims.checkpoint import LoadedVictim
 def generate_episodes(victim: LoadedVictim, layouts: Any, entries: list[tuple[str, int, int]],
                       length: int, protocol: str = "first8") -> Iterator[Episode]:
     """``entries`` = ``(episode_id, layout_id, seed)``; ``layouts`` is what the env accepts (a split name or
-    :class:`gradleak_bench.envs.pybullet.household.FreshLayoutIds`); ``protocol``: the data protocol
-    (:data:`gradleak_bench.dataset.PROTOCOLS`)."""
+    :class:`gradleak_bench.envs.pybullet.adapter.FreshLayoutIds`); ``protocol``: the data protocol
+    (:data:`gradleak_bench.dataset_config.PROTOCOLS`)."""
     import gymnasium as gym
 
     from gradleak_bench.dataset import generate_episode

@@ -18,20 +18,20 @@ import numpy as np
 
 # Nothing imported here loads torch, SB3 or h5py: a run starts its sealed plug-in processes first and imports
 # those (about 2 s of CPU) while the plug-ins import theirs (docs/evaluate.md, "Speed").
-from gradleak_bench.errors import GradleakError, PluginLimitExceeded, RunStateError
+from gradleak_bench.dataset_config import DEFAULT_BACKEND
+from gradleak_bench.errors import GradleakError, PluginFailure, PluginLimitExceeded, RunStateError
 from gradleak_bench.metrics import select_metrics
 from gradleak_bench.paths import atomic_write_bytes, dumps_strict
-from gradleak_bench.dataset_config import DEFAULT_BACKEND
 from gradleak_bench.run.config import EvaluateConfig
-from gradleak_bench.run.results import split_role
 from gradleak_bench.run.fresh import FreshLayouts, generate_fresh
-from gradleak_bench.run.sandbox import PluginFailure, start_plugins
-from gradleak_bench.run.setup import (attack_reads, defense_step_guarantees, gradient_source, introduce_victim,
-                                      run_victim)
-from gradleak_bench.run.tracking import start_tracking
-from gradleak_bench.run.scorer import Controls, EpisodeRow, Reference, summarise_metrics
 from gradleak_bench.run.plan import RunPlan, resolve
+from gradleak_bench.run.released import gradient_source
+from gradleak_bench.run.results import split_role
+from gradleak_bench.run.sandbox import start_plugins
+from gradleak_bench.run.scorer import Controls, EpisodeRow, Reference, summarise_metrics
+from gradleak_bench.run.setup import attack_reads, defense_step_guarantees, introduce_victim, run_victim
 from gradleak_bench.run.store import RunStore
+from gradleak_bench.run.tracking import start_tracking
 
 if TYPE_CHECKING:
     from gradleak_bench.run.pipeline import Context

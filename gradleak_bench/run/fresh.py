@@ -4,7 +4,7 @@ processes have started, kept in the scorer's memory only (never written to disk)
 Layouts are procedural, so a verifier can score an attack on apartments that did not exist when it was written;
 a large drop from the official score flags an attack fitted to the public test layouts (or one that regenerates
 them). Ids lie in [2^31, 2^32), far from the public 0..119, and only an env given
-:class:`~gradleak_bench.envs.pybullet.household.FreshLayoutIds` accepts them.
+:class:`~gradleak_bench.envs.pybullet.adapter.FreshLayoutIds` accepts them.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class FreshLayouts:
         return hashlib.sha256(f"gradleak-fresh-layouts/{int(self.seed)}".encode()).hexdigest()
 
     def layout_ids(self) -> list[int]:
-        from gradleak_bench.envs.pybullet.household import FRESH_HIGH, FRESH_LOW
+        from gradleak_bench.envs.pybullet.adapter import FRESH_HIGH, FRESH_LOW
 
         rng = np.random.default_rng([0x66726573, int(self.seed) & (2**64 - 1)])
         picked = rng.choice(FRESH_HIGH - FRESH_LOW, size=self.n, replace=False)
@@ -77,15 +77,16 @@ def generate_fresh(fresh: FreshLayouts, victim: Any, split: Any) -> FreshDataset
     import dataclasses
 
     from gradleak_bench import dataset as datasets
-    from gradleak_bench.envs.pybullet.household import FreshLayoutIds
+    from gradleak_bench import dataset_config
+    from gradleak_bench.envs.pybullet.adapter import FreshLayoutIds
     from gradleak_bench.run.episodes import generate_episodes
     if split.task not in ("PointNav", "ActivePerception"):
         raise GradleakError(f"fresh layouts need a procedural task (PointNav, ActivePerception), not {split.task}")
-    if split.backend != datasets.DEFAULT_BACKEND:
+    if split.backend != dataset_config.DEFAULT_BACKEND:
         raise GradleakError(f"fresh layouts are PyBullet's procedural apartments, not the {split.backend} "
                             "backend's scenes: drop --fresh or --backend")
     base = dataclasses.replace(split, episodes_per_layout=fresh.episodes_per_layout, seed=0,
-                               protocol=datasets.FIRST8)
+                               protocol=dataset_config.FIRST8)
     config = dataclasses.replace(base, split=f"fresh-{fresh.commitment[:12]}")
     ids = fresh.layout_ids()
     entries = [(f"F{i:03d}-E{j:02d}", layout, datasets.episode_seed(int(fresh.seed) & (2**63 - 1), layout, j))

@@ -1,6 +1,6 @@
 """One held-out episode, scorer side: truth (read once) -> gradients -> defense process -> checks -> attack
 process -> checks -> scores. A plug-in that raises fails its episode only; one that ends its process stops
-the run (:class:`~gradleak_bench.run.sandbox.PluginCrashed`), keeping every finished episode."""
+the run (:class:`~gradleak_bench.errors.PluginCrashed`), keeping every finished episode."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from gradleak_bench.errors import GradleakError, InvalidGradientError, PluginContractError
+from gradleak_bench.errors import GradleakError, InvalidGradientError, PluginContractError, PluginCrashed
 from gradleak_bench.metrics.scoring import score
 from gradleak_bench.records import Episode
-from gradleak_bench.run.sandbox import PluginCrashed, PluginProcess
+from gradleak_bench.run.sandbox import PluginProcess
 from gradleak_bench.run.scorer import EpisodeRow, check_reconstruction, score_references
 
 

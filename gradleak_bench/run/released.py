@@ -1,4 +1,6 @@
-"""The released gradients an attack reads, cached per episode, so that a warm run imports no torch.
+"""A run's gradient source (:func:`gradient_source`): the victim's exact per-step gradients recomputed, read from
+an external file, or the released gradients an attack reads, cached per episode, so that a warm run imports no
+torch.
 
 Behind the defense ``none`` the released gradients are the victim's exact per-step gradients: a pure function
 of the checkpoint, the loss and the episode's truth. A run whose attack declares what it reads (``reads``)
@@ -28,7 +30,10 @@ from gradleak_bench.paths import atomic_write_bytes, cache_dir
 from gradleak_bench.records import Episode, GradientStream
 
 if TYPE_CHECKING:
+    from gradleak_bench.run.config import EvaluateConfig
+    from gradleak_bench.run.plan import RunPlan
     from gradleak_bench.victims.card import VictimCard
+    from gradleak_bench.victims.checkpoint import LoadedVictim
 
 FORMAT = "gradleak-bench-released/1"
 MAX_EPISODE_BYTES = 4 << 20
@@ -90,3 +95,33 @@ class ReleasedGradients:
             atomic_write_bytes(self.path(episode_id), save(arrays, metadata={"format": FORMAT}))
         except OSError:  # a full or read-only cache costs the next run its recomputation, nothing more
             pass
+
+
+def gradient_source(plan: RunPlan, card: VictimCard, victim: LoadedVictim | None, gradients: Any,
+                    reads: tuple[str, ...] | None, dataset: Any, fresh: bool) -> Any:
+    """The run's gradient source: the read gradients through the cache when they may be kept
+    (:mod:`gradleak_bench.run.released`), else ``gradients`` (built here, loading the victim, if not given)."""
+    config = plan.config
+
+    def compute() -> Any:
+        if gradients is not None:
+            return gradients
+        from gradleak_bench.victims.checkpoint import load_located
+
+        return make_gradients(config, victim or load_located(plan.victim, plan.task, config.checkpoint, plan.located))
+
+    if not (plan.defended or fresh or config.gradients) and cacheable(card, reads, dataset.config.sequence_length):
+        return ReleasedGradients(card, dataset.sha256, reads, compute)
+    return compute()
+
+
+def make_gradients(config: EvaluateConfig, victim: LoadedVictim) -> Any:
+    """The run's gradient source: recomputed exactly from the victim (default), or read from the
+    materialised gradient file ``config.gradients`` (gradients that come from outside the benchmark)."""
+    if config.gradients:
+        from gradleak_bench.gradient_store import GradientFile
+
+        return GradientFile(config.gradients, victim=victim)
+    from gradleak_bench.stream.replay import EpisodeGradients
+
+    return EpisodeGradients(victim.policy, victim.spec.loss, victim.spaces[0])

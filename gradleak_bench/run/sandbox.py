@@ -34,11 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gradleak_bench.errors import (GradleakError, PluginContractError, PluginCrashed, PluginFailure,  # noqa: F401
+from gradleak_bench.errors import (GradleakError, PluginCrashed, PluginFailure, PluginLimitExceeded,
                                    SealingUnavailableError)
-from gradleak_bench.errors import PluginLimitExceeded
 from gradleak_bench.run import wire
-from gradleak_bench.run.limits import EPISODE_OPS, PluginLimits, format_bytes, format_value, raise_hint
+from gradleak_bench.run.limits import PluginLimits, format_bytes, format_value, raise_hint
 
 if TYPE_CHECKING:
     from gradleak_bench.run.plan import RunPlan

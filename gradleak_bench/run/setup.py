@@ -1,4 +1,5 @@
-"""Setting a run up: its gradient source and its plug-in processes (shared by the driver and Ray workers).
+"""Setting a run up: its victim, and what its plug-in processes are told of it and answer before any work
+(shared by the driver and Ray workers).
 
 This module imports no torch at load: a run starts its plug-in processes
 (:func:`~gradleak_bench.run.sandbox.start_plugins`) first, so their start overlaps the scorer's own imports, and
@@ -7,12 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gradleak_bench.run.config import EvaluateConfig
-
-
 if TYPE_CHECKING:
-    from gradleak_bench.run.sandbox import PluginProcess
     from gradleak_bench.run.plan import RunPlan
+    from gradleak_bench.run.sandbox import PluginProcess
     from gradleak_bench.victims.card import VictimCard
     from gradleak_bench.victims.checkpoint import LoadedVictim
 
@@ -23,6 +21,7 @@ def run_victim(plan: RunPlan, load: bool = False) -> tuple[VictimCard, LoadedVic
     config = plan.config
     if not (load or config.gradients) and plan.card is not None:
         return plan.card, None, None
+    from gradleak_bench.run.released import make_gradients
     from gradleak_bench.victims.checkpoint import load_located, victim_card
 
     victim = load_located(plan.victim, plan.task, config.checkpoint, plan.located)
@@ -87,26 +86,6 @@ def defense_step_guarantees(defense: PluginProcess | None, n_actions: int) -> di
     return out
 
 
-def gradient_source(plan: RunPlan, card: VictimCard, victim: LoadedVictim | None, gradients: Any,
-                    reads: tuple[str, ...] | None, dataset: Any, fresh: bool) -> Any:
-    """The run's gradient source: the read gradients through the cache when they may be kept
-    (:mod:`gradleak_bench.run.released`), else ``gradients`` (built here, loading the victim, if not given)."""
-    from gradleak_bench.run.released import ReleasedGradients, cacheable
-
-    config = plan.config
-
-    def compute() -> Any:
-        if gradients is not None:
-            return gradients
-        from gradleak_bench.victims.checkpoint import load_located
-
-        return make_gradients(config, victim or load_located(plan.victim, plan.task, config.checkpoint, plan.located))
-
-    if not (plan.defended or fresh or config.gradients) and cacheable(card, reads, dataset.config.sequence_length):
-        return ReleasedGradients(card, dataset.sha256, reads, compute)
-    return compute()
-
-
 def attack_reads(attack: PluginProcess, shapes: dict[str, tuple[int, ...]]) -> tuple[str, ...] | None:
     """The released gradients the attack reads (its optional ``reads`` hook; None: every one). Only those cross
     to its process: the pipe carried 19 MB an episode of the default victim, of which the closed-form
@@ -123,15 +102,3 @@ def attack_reads(attack: PluginProcess, shapes: dict[str, tuple[int, ...]]) -> t
         raise PluginContractError(f"{what} returned {list(unknown) or 'no name'}; it must name released gradients "
                                   f"of this victim (victim.gradient_shapes: {', '.join(list(shapes)[:8])}...)")
     return names
-
-
-def make_gradients(config: EvaluateConfig, victim: LoadedVictim) -> Any:
-    """The run's gradient source: recomputed exactly from the victim (default), or read from the
-    materialised gradient file ``config.gradients`` (gradients that come from outside the benchmark)."""
-    if config.gradients:
-        from gradleak_bench.gradient_store import GradientFile
-
-        return GradientFile(config.gradients, victim=victim)
-    from gradleak_bench.stream.replay import EpisodeGradients
-
-    return EpisodeGradients(victim.policy, victim.spec.loss, victim.spaces[0])

@@ -103,7 +103,8 @@ class EpisodeWorker:
         from gradleak_bench import dataset as datasets
         from gradleak_bench.run.pipeline import Context
         from gradleak_bench.run.sandbox import start_plugins
-        from gradleak_bench.run.setup import attack_reads, gradient_source, run_victim, send_victim
+        from gradleak_bench.run.released import gradient_source
+        from gradleak_bench.run.setup import attack_reads, run_victim, send_victim
 
         if self.cache:  # the driver's cache: the dataset is found there on a single machine
             os.environ["GRADLEAK_BENCH_CACHE"] = self.cache
