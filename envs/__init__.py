@@ -5,6 +5,6 @@ one module per task (:mod:`.pointnav`, :mod:`.active_perception`), their backend
 imported only when an env is made on it). Importing ``gradleak_bench`` registers every task's gymnasium id.
 
 May import ``errors``, ``registry``, ``splits`` and ``tasks``; but :mod:`.backend` stands below ``tasks``
-(whose ``TaskSpec.layouts`` reads a backend's layout facts) and imports nothing but ``errors``, ``registry``
-and ``dataset_config`` (the default backend's name).
+(whose ``TaskSpec.layouts`` reads a backend's layout facts) and imports nothing but ``errors`` and
+``registry``.
 """

@@ -15,17 +15,13 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from gradleak_bench.dataset_config import DEFAULT_BACKEND
 from gradleak_bench.errors import (
     GradleakError, LayoutFactsUnavailableError, PluginLoadError, SimulatorUnavailableError, UnknownNameError,
 )
-
-if TYPE_CHECKING:
-    from gradleak_bench.tasks import TaskSpec
 
 
 @dataclass(frozen=True, eq=False)
@@ -308,17 +304,15 @@ def require_backend(name: str) -> type:
     return adapter
 
 
-def resolve_backend(name: str, task: TaskSpec, split: str = "test",
-                    scenes: tuple[str, ...] = ()) -> tuple[str, tuple[str, ...]]:
-    """A backend name checked for a task, with its scene files: known, its simulator installed (else the
-    install command), one the task runs on, and its layouts nameable -- a split name, or for a backend that
-    takes scenes by path (Habitat) the scene files ``scenes`` name (folders expanded, paths made absolute).
-    PyBullet, the default, is embedded: nothing is imported for it."""
-    if name == DEFAULT_BACKEND and not scenes:
-        return name, ()
+def check_backend(name: str, task: str, runs_on: tuple[str, ...] | None, split: str = "test",
+                  scenes: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """A backend name checked for task ``task`` (which runs on the backends ``runs_on``, None: on every one), and
+    its scene files returned: known, its simulator installed (else the install command), one the task runs on,
+    and its layouts nameable -- a split name, or for a backend that takes scenes by path (Habitat) the scene
+    files ``scenes`` name (folders expanded, paths made absolute)."""
     adapter = require_backend(name)
-    if task.backends is not None and name not in task.backends:
-        raise GradleakError(f"task {task.name} runs on the {', '.join(task.backends)} backend only, not {name!r}")
+    if runs_on is not None and name not in runs_on:
+        raise GradleakError(f"task {task} runs on the {', '.join(runs_on)} backend only, not {name!r}")
     files: tuple[str, ...] = ()
     if scenes:
         listing = getattr(adapter, "scene_list", None)
@@ -329,7 +323,7 @@ def resolve_backend(name: str, task: TaskSpec, split: str = "test",
     # the backend's own check of its layouts (a split name, or scene files that must exist): a bad one is
     # named here, before any simulator starts
     adapter.resolve_layouts(list(files) if files else split.removesuffix("-full"))
-    return name, files
+    return files
 
 
 def as_int_layout(value: Any) -> Any:

@@ -132,12 +132,14 @@ def resolve_split(task: str, victim: str | None = None, checkpoint: str = "init"
 def _resolve_split(task: str, victim: str | None, checkpoint: str, split: str, episodes_per_layout: int | None,
                    seed: int, protocol: str | None, backend: str,
                    scenes: tuple[str, ...]) -> tuple[TaskSpec, VictimSpec, DatasetConfig]:
-    from gradleak_bench.envs.backend import resolve_backend
+    from gradleak_bench.envs.backend import check_backend
     from gradleak_bench.tasks import get_task
     from gradleak_bench.victims.zoo import check_checkpoint, victim_of
 
     spec = get_task(task)
     victim_spec, checkpoint = victim_of(spec, victim), check_checkpoint(checkpoint)
-    backend, files = resolve_backend(backend, spec, split, tuple(scenes))
+    # PyBullet, the default, is embedded: nothing is imported or checked for it
+    files = () if backend == DEFAULT_BACKEND and not scenes else check_backend(backend, spec.name, spec.backends, split,
+                                                                                tuple(scenes))
     return spec, victim_spec, split_config(spec, victim_spec.name, checkpoint, split, episodes_per_layout, seed,
                                            protocol, backend, files)
