@@ -230,6 +230,10 @@ def iter_generate(config: DatasetConfig, progress: bool = True, limit: int | Non
     units = [[(e, layout, seed, recorded.get(e)) for e, layout, seed in group]
              for _, group in groupby(plan(config)[:limit], key=lambda entry: entry[1])]
     worker = LayoutWorker(config)
+    if executor is None and units:
+        # the victim and simulator start before the progress bar is drawn: a simulator that cannot start (an
+        # AI2-THOR without its Unity build) is then one message, with no bar above it
+        worker.ready()
     bar = tqdm(total=sum(len(u) for u in units), desc=f"generate {config.key}", disable=not progress)
     try:
         results = executor.map(worker, units) if executor is not None else map(worker, units)
@@ -254,7 +258,8 @@ class LayoutWorker:
     def __getstate__(self) -> dict[str, Any]:
         return {"config": self.config, "_state": None}
 
-    def __call__(self, unit: list[tuple[str, int, int, tuple[int, ...] | None]]) -> list[Episode]:
+    def ready(self) -> tuple[Any, Any]:
+        """The worker's victim and environment, built on first need."""
         if self._state is None:
             from gradleak_bench.victims.checkpoint import load_victim
 
@@ -262,7 +267,10 @@ class LayoutWorker:
             env = gym.make(get_task(self.config.task).gym_id, layouts=self.config.layouts,
                            image_size=victim.spec.image_size, backend=self.config.backend)
             self._state = (victim, env)
-        victim, env = self._state
+        return self._state
+
+    def __call__(self, unit: list[tuple[str, int, int, tuple[int, ...] | None]]) -> list[Episode]:
+        victim, env = self.ready()
         from gradleak_bench.victims.policies import single_thread
 
         with single_thread():

@@ -7,7 +7,7 @@ import pytest
 from gradleak_bench import dataset as datasets
 from gradleak_bench import dataset_config
 from gradleak_bench import splits
-from gradleak_bench.errors import ChecksumMismatchError, CorruptFileError
+from gradleak_bench.errors import ChecksumMismatchError, CorruptFileError, SimulatorUnavailableError
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +30,18 @@ def test_generation_is_deterministic_and_complete(tmp_path, tiny_config):
         assert ep.steps[name].shape == (ep.length,), name
     if ep.length > 1:  # per-episode normalised advantages (the victim's loss spec)
         assert abs(float(ep.steps["advantage"].mean())) < 1e-5
+
+
+def test_a_simulator_that_cannot_start_is_one_message_with_no_progress_bar(monkeypatch, capsys, tiny_config):
+    """The env starts before the generation bar is drawn: an AI2-THOR without its Unity build (found only when its
+    controller starts) leaves the error alone on stderr, not a bar at 0% above it."""
+    def no_build(*args, **kwargs):
+        raise SimulatorUnavailableError("AI2-THOR's Unity build is not on this machine")
+
+    monkeypatch.setattr(datasets.gym, "make", no_build)
+    with pytest.raises(SimulatorUnavailableError, match="Unity build"):
+        list(datasets.iter_generate(tiny_config, progress=True))
+    assert "generate" not in capsys.readouterr().err
 
 
 def test_a_modified_file_fails_verification(tmp_path, tiny_config):
