@@ -206,15 +206,6 @@ class Apartment:
         rows, cols = np.nonzero(self.free)
         return np.stack([(cols + 0.5) * self.cell, (rows + 0.5) * self.cell], axis=1)
 
-    def rooms_seen_from(self, x: float, y: float, reach: float = 0.4) -> tuple[int, ...]:
-        """Rooms possibly visible from a camera at (x, y): the union over rooms within ``reach`` metres."""
-        out: set[int] = set()
-        for room in self.rooms:
-            x0, y0, x1, y1 = room.inner
-            if x0 - reach <= x <= x1 + reach and y0 - reach <= y <= y1 + reach:
-                out.update(self.visible[room.index])
-        return tuple(sorted(out))
-
     def rooms_in_view(self, x: float, y: float, yaw: float, half_angle: float = math.radians(70)) -> tuple[int, ...]:
         """Rooms a camera at (x, y) looking along ``yaw`` may see: the rooms it stands in, plus, for each of
         their doorways inside the (generously widened) horizontal view wedge, what is visible through it."""

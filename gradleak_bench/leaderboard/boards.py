@@ -119,16 +119,6 @@ def rank_key(entry: Entry, metric: str, verified: Verified) -> tuple:
             entry.defense)
 
 
-def best_priors(entry: Entry, field_metric: dict[str, str]) -> dict[str, str]:
-    """Each shown field's best prior (``prior:...``) by the metric its board ranks by."""
-    out = {}
-    for name, metric in field_metric.items():
-        m = entry.metrics.get(metric)
-        if m is not None and m.best_prior:
-            out[name] = m.best_prior
-    return out
-
-
 def board_metrics(all_boards: list[Board]) -> dict[tuple[str, str], str]:
     """(task, field) -> the headline metric of its board."""
     return {(b.task, b.field): b.metric for b in all_boards}

@@ -86,13 +86,6 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def entry_fields(entry: Entry) -> set[str]:
-    from gradleak_bench.metrics import all_metrics
-
-    by_name = {m.name: m.field for m in all_metrics()}
-    return {by_name[name] for name in entry.metrics if name in by_name}
-
-
 # --- computing (a sealed re-run) -------------------------------------------------------------------------------
 
 

@@ -407,13 +407,6 @@ def fresh_rerun(entry: Entry, folder: Path, layouts: int, secret: int, progress:
     return rerun_from(result.summary, [r.flat() for r in result.rows], "the fresh-layout run")
 
 
-def read_rerun(run: Path) -> Rerun:
-    """The re-run's numbers, read as data (JSON) from its run folder."""
-    from gradleak_bench.leaderboard.submit import read_results, read_rows
-
-    return rerun_from(read_results(run), read_rows(run), str(run))
-
-
 def rerun_from(summary: dict[str, Any], rows: list[dict[str, Any]], where: str) -> Rerun:
     """A :class:`Rerun` from a run's summary and flat rows (``metric``, ``metric/control``,
     ``metric/failed_frames``, ``metric/<reference>``)."""

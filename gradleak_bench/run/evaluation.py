@@ -21,13 +21,13 @@ import numpy as np
 from gradleak_bench.dataset_config import DEFAULT_BACKEND
 from gradleak_bench.errors import GradleakError, PluginFailure, PluginLimitExceeded, RunStateError
 from gradleak_bench.metrics import select_metrics
-from gradleak_bench.paths import atomic_write_bytes, dumps_strict
+from gradleak_bench.paths import atomic_write_bytes, cache_dir, dumps_strict
 from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.fresh import FreshLayouts, generate_fresh
 from gradleak_bench.run.plan import RunPlan, resolve
 from gradleak_bench.run.released import gradient_source
 from gradleak_bench.run.results import split_role
-from gradleak_bench.run.sandbox import start_plugins
+from gradleak_bench.run.sandbox import sealed_plan, start_plugins
 from gradleak_bench.run.scorer import Controls, EpisodeRow, Reference, summarise_metrics
 from gradleak_bench.run.setup import attack_reads, defense_step_guarantees, introduce_victim, run_victim
 from gradleak_bench.run.store import RunStore
@@ -91,9 +91,6 @@ def evaluate(config: EvaluateConfig | RunPlan, progress: bool = True, executor: 
 
 def _evaluate(config: EvaluateConfig | RunPlan, progress: bool, executor: Any, resume: bool,
               fresh: FreshLayouts | None, references: list[Reference]) -> RunResult:
-    from gradleak_bench.paths import cache_dir
-    from gradleak_bench.run.sandbox import sealed_plan
-
     plan, mechanism = sealed_plan(resolve(config), fresh)
     config = plan.config
     out = Path(config.out)
@@ -158,13 +155,6 @@ def plain_settings(value: Any) -> dict[str, Any] | None:
     scalar = (str, int, float, bool, type(None))
     return {str(k)[:100]: (v[:300] if isinstance(v, str) else v) for k, v in list(value.items())[:50]
             if isinstance(k, str) and isinstance(v, scalar) and not (isinstance(v, float) and not math.isfinite(v))}
-
-
-def defense_guarantees(defense: Any, info: Any) -> dict[str, float]:
-    """The formal guarantees of an in-process defense object (used by tools outside a run)."""
-    from gradleak_bench.hooks import guarantees
-
-    return guarantees(defense, info.n_actions)
 
 
 class _Run:

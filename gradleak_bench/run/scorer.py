@@ -9,7 +9,7 @@ e.g. the mean train frame) are others: each is scored on every episode and summa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -198,8 +198,3 @@ def best_prior(values: list[float], references: dict[str, list[float]], higher_i
         return None, None
     leak = result["leakage"]
     return result["best_prior"], Interval(leak["mean"], leak["ci_low"], leak["ci_high"])
-
-
-def iter_truth(dataset: Any, episode_ids: list[str]) -> Iterator[Episode]:
-    for episode_id in episode_ids:
-        yield dataset.episode(episode_id)

@@ -32,7 +32,7 @@ import os
 import shutil
 import warnings
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -227,11 +227,6 @@ class RunStore:
 
     def reconstruction(self, episode_id: str) -> dict[str, np.ndarray]:
         return load_arrays(self.recon_path(episode_id))
-
-    def iter_reconstructions(self, episode_ids: list[str]) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
-        for episode_id in episode_ids:
-            if self.recon_path(episode_id).is_file():
-                yield episode_id, self.reconstruction(episode_id)
 
     def close(self) -> None:
         self.log.close()

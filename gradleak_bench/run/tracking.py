@@ -63,11 +63,6 @@ def _strip(frames: np.ndarray, field: str) -> np.ndarray:
     return np.concatenate(list(frames), axis=1)
 
 
-def log_run(result: Any, config: Any, recons: dict[str, Reconstruction], truths: dict[str, Episode]) -> None:
-    """Log config, summary, the per-episode table and the picture grid to a W&B run in ``config.wandb`` mode."""
-    TrackedRun(config).log(result, recons, truths)
-
-
 class TrackedRun:
     """A W&B run in ``config.wandb`` mode, started at once in a process of its own (:mod:`.wandb_child`).
 

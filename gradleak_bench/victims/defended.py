@@ -532,12 +532,3 @@ def _check_weights(policy: Any, name: str) -> None:
     if bad:
         raise GradleakError(f"training with defense {name!r} diverged: parameters {bad[:3]} hold NaN/Inf. "
                             "Its released gradients are too large or not finite; lower its noise or clip first.")
-
-
-def load_report(path: str | Path) -> dict[str, Any]:
-    """A ``train_defense.json`` written by :func:`train_defense`."""
-    data = json.loads(Path(path).read_text())
-    if data.get("format") != REPORT_FORMAT:
-        raise GradleakError(f"{path} is not a train-defense report ({REPORT_FORMAT})")
-    return data
-
