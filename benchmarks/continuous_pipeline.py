@@ -89,7 +89,7 @@ def trace_report(unit: dict[str, Any]) -> dict[str, Any]:
     victim = load_victim(TASK, unit["victim"], unit["checkpoint"])
     info = victim_info(victim, make_gradients(EvaluateConfig("trace", TASK, unit["victim"]), victim))
     from gradleak_bench.paths import cache_dir
-    from gradleak_bench.run.sandbox import plugin_cache
+    from gradleak_bench.run.isolation import plugin_cache
 
     attack = tr.TRACE(**unit["attack_params"])
     path = attack.cache(tr.victim_identity(info), tr.gradient_layout(info)).path("model")

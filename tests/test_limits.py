@@ -17,7 +17,7 @@ import pytest
 from gradleak_bench.errors import GradleakError
 from gradleak_bench.run import EvaluateConfig, evaluate
 from gradleak_bench.run.limits import GiB, MiB, PluginLimits, is_limit_failure, parse_value
-from gradleak_bench.run.sandbox import isolation
+from gradleak_bench.run.isolation import isolation
 
 sealed_only = pytest.mark.skipif(isolation()[0] is None, reason=f"no isolation here: {isolation()[1]}")
 
@@ -291,7 +291,7 @@ class Snoop(ClosedFormAction):
         results.append(_run(tmp_path, f"{folder / 'snoop.py'}:Snoop", [], episodes=1, out=f"run-{tag}"))
     assert [r.status for result in results for r in result.rows] == ["ok", "ok"], \
         [r.error for result in results for r in result.rows]
-    from gradleak_bench.run.sandbox import plugin_cache
+    from gradleak_bench.run.isolation import plugin_cache
 
     a, b = (plugin_cache("attack", f"{tmp_path / t / 'snoop.py'}:Snoop") for t in "ab")
     assert a != b and a.parent == b.parent == Path(cache_dir) / "plugins"

@@ -62,7 +62,7 @@ def _comparable(out):
 def test_a_sigkilled_run_resumes_to_identical_results(tmp_path, cache_dir):
     from pathlib import Path
 
-    from gradleak_bench.run.sandbox import plugin_cache
+    from gradleak_bench.run.isolation import plugin_cache
 
     tag = tmp_path.name
     plugin = tmp_path / "slow.py"

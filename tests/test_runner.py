@@ -223,9 +223,9 @@ def test_without_isolation_the_default_run_is_unsealed_and_says_so(tmp_path, mon
     import warnings
 
     from gradleak_bench.errors import GradleakError
-    from gradleak_bench.run import sandbox
+    from gradleak_bench.run import isolation
 
-    monkeypatch.setattr(sandbox, "isolation", lambda: (None, "bubblewrap (bwrap) is not installed"))
+    monkeypatch.setattr(isolation, "isolation", lambda: (None, "bubblewrap (bwrap) is not installed"))
     capfd.readouterr()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -11,7 +11,7 @@ import pytest
 
 from gradleak_bench.errors import GradleakError
 from gradleak_bench.run import EvaluateConfig, FreshLayouts, evaluate
-from gradleak_bench.run.sandbox import isolation
+from gradleak_bench.run.isolation import isolation
 
 pytestmark = pytest.mark.skipif(isolation()[0] is None, reason=f"no isolation here: {isolation()[1]}")
 

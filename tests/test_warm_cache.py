@@ -16,7 +16,7 @@ from gradleak_bench import dataset as datasets
 from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.plan import resolve
 from gradleak_bench.run.released import MAX_EPISODE_BYTES, ReleasedGradients, cacheable
-from gradleak_bench.run.sandbox import isolation
+from gradleak_bench.run.isolation import isolation
 from gradleak_bench.run.released import gradient_source, make_gradients
 from gradleak_bench.run.setup import run_victim
 from gradleak_bench.victims import card as cards

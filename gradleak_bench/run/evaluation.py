@@ -27,7 +27,8 @@ from gradleak_bench.run.fresh import FreshLayouts, generate_fresh
 from gradleak_bench.run.plan import RunPlan, resolve
 from gradleak_bench.run.released import gradient_source
 from gradleak_bench.run.results import split_role
-from gradleak_bench.run.sandbox import sealed_plan, start_plugins
+from gradleak_bench.run.isolation import sealed_plan
+from gradleak_bench.run.sandbox import start_plugins
 from gradleak_bench.run.scorer import Controls, EpisodeRow, Reference, summarise_metrics
 from gradleak_bench.run.setup import attack_reads, defense_step_guarantees, introduce_victim, run_victim
 from gradleak_bench.run.store import RunStore
