@@ -107,7 +107,7 @@ def test_attack_gets_released_gradients_and_a_private_policy_copy(tmp_path):
     result = _run(tmp_path, attack=f"{plugin}:Spy", episodes=3)
     assert result.n_failed == 0
     # gradients of later episodes were computed with the intact victim: closed_form still scores 100%
-    again = _run(tmp_path, episodes=3)
+    again = _run(tmp_path, episodes=3, out=str(tmp_path / "again"))  # its own folder: no resume to refuse
     assert again.summary["metrics"]["action_accuracy"]["mean"] == 1.0
 
 
