@@ -65,9 +65,9 @@ def episode_seed(seed: int, layout_id: int, index: int) -> int:
 @dataclass(frozen=True)
 class WindowedEpisode(Episode):
     """The stored window of a longer episode: ``steps`` hold the window, whose targets were computed over the
-    whole episode (:data:`~gradleak_bench.dataset_config.PROTOCOLS`). ``episode_actions`` are every executed action of the episode (what an
-    official split records and replays, so the part beyond the window is exact too); ``window_start`` is the
-    window's first step."""
+    whole episode (:data:`~gradleak_bench.dataset_config.PROTOCOLS`). ``episode_actions`` are every executed
+    action of the episode (what an official split records and replays, so the part beyond the window is exact
+    too); ``window_start`` is the window's first step."""
 
     window_start: int = 0
     episode_actions: tuple = ()  # int ids, or float tuples of a continuous task (split_identity.action_tuple)

@@ -219,8 +219,9 @@ def find(kind: str, name: str) -> PluginSpec:
 
 @dataclass(frozen=True)
 class PluginBinding:
-    """A plug-in reference of a run resolved at the edge (:func:`bind`): ``reference`` as given (what the sealed process loads and
-    results record), ``target`` what it names (``module:Class`` of a registered name, else the reference)."""
+    """A run's plug-in reference resolved at the edge (:func:`bind`): ``reference`` as given (what the sealed
+    process loads and results record), ``target`` what it names (``module:Class`` of a registered name, else
+    the reference)."""
 
     kind: str
     reference: str
@@ -228,11 +229,10 @@ class PluginBinding:
     target: str = ""
 
 
-
-
 def bind(kind: str, reference: str, params: dict[str, Any] | None = None) -> PluginBinding:
-    """A run's plug-in reference checked at the edge without importing it (the sealed process imports it): a name must be registered (the registry's
-    close-match message otherwise); ``module:Class`` must have both parts and ``file.py:Class`` its file."""
+    """A run's plug-in reference checked without importing it (its sealed process imports it): a name must be
+    registered (:func:`find`'s close-match message otherwise); ``module:Class`` must have both parts and
+    ``file.py:Class`` its file."""
     module, sep, attr = reference.partition(":")
     if sep:
         if not module or not attr:

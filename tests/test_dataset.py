@@ -107,7 +107,8 @@ def test_every_standard_split_is_the_official_one():
     for key in splits.manifest()["datasets"]:
         task, victim, checkpoint = key.split("-")[:3]
         full = f"-t{datasets.full_episode_length(task)}-" in key  # a test-full split (issue 6)
-        named = [p for p in dataset_config.PROTOCOLS if p != dataset_config.FIRST8 and f"-{p}-" in key]  # first8 is unnamed
+        # first8 is unnamed
+        named = [p for p in dataset_config.PROTOCOLS if p != dataset_config.FIRST8 and f"-{p}-" in key]
         protocol = named[0] if named else dataset_config.FIRST8
         config = datasets.standard_config(task, victim, checkpoint, "test-full" if full else "test", protocol=protocol)
         assert config.key == key

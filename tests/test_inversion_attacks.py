@@ -1,4 +1,5 @@
-"""Optimisation-based inversion attacks (baselines/attacks/: inverting_gradients, dlg, qgi, rgi) on tiny victims, few iterations."""
+"""Optimisation-based inversion attacks (baselines/attacks/: inverting_gradients, dlg, qgi, rgi) on tiny victims,
+few iterations."""
 from __future__ import annotations
 
 import numpy as np

@@ -45,7 +45,8 @@ def publish_checkpoints(tasks: tuple[str, ...] = (), victims: tuple[str, ...] = 
         # A committed init is never rewritten: on another CPU the seeded initialisation differs in the last
         # bits, and the committed file *is* the checkpoint (its sha256 is part of the split identity).
         if not (target / "init.safetensors").is_file():
-            save_checkpoint(build_policy(spec, env_spaces(spec.task, spec.image_size)), spec, "init", target, {"note": "seeded initialisation"})
+            policy = build_policy(spec, env_spaces(spec.task, spec.image_size))
+            save_checkpoint(policy, spec, "init", target, {"note": "seeded initialisation"})
         else:
             rehash_init(spec, target)
         source = cached_dir(spec)

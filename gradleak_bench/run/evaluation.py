@@ -24,10 +24,10 @@ from gradleak_bench.metrics import select_metrics
 from gradleak_bench.paths import atomic_write_bytes, cache_dir, dumps_strict
 from gradleak_bench.run.config import EvaluateConfig
 from gradleak_bench.run.fresh import FreshLayouts, generate_fresh
+from gradleak_bench.run.isolation import sealed_plan
 from gradleak_bench.run.plan import RunPlan, resolve
 from gradleak_bench.run.released import gradient_source
 from gradleak_bench.run.results import split_role
-from gradleak_bench.run.isolation import sealed_plan
 from gradleak_bench.run.sandbox import start_plugins
 from gradleak_bench.run.scorer import Controls, EpisodeRow, Reference, summarise_metrics
 from gradleak_bench.run.setup import attack_reads, defense_step_guarantees, introduce_victim, run_victim

@@ -122,10 +122,10 @@ def plugin_cache(kind: str, reference: str, scope: str | None = None) -> Path:
 
 
 def code_identity(kind: str, reference: str, scope: str | None = None) -> dict[str, Any]:
-    """What a plug-in's cache is keyed by, read without importing it: a file plug-in's class and the sha256 of
-    every ``.py`` file of its folder (all of them are its code: it may import them); for the built-ins (this
-    project's code, no submitter's), the gradleak-bench version; an entry point's distribution and version. Anything else (``module:Class``, a
-    run-time registration) gets a cache private to ``scope`` (the run's folder)."""
+    """What a plug-in's cache is keyed by, read without importing it: a file plug-in's class and the sha256 of every
+    ``.py`` file of its folder (all of them are its code: it may import them); for the built-ins (this project's
+    code, no submitter's), the gradleak-bench version; an entry point's distribution and version. Anything else
+    (``module:Class``, a run-time registration) gets a cache private to ``scope`` (the run's folder)."""
     import hashlib
 
     reference = absolute_file_reference(reference)
@@ -247,7 +247,8 @@ def shown_paths(plugin_reference: str) -> list[Path]:
     import gradleak_bench.baselines
     import gradleak_bench.envs
 
-    paths += [Path(m.__file__).resolve().parent for m in (gradleak_bench, gradleak_bench.baselines, gradleak_bench.envs)]
+    paths += [Path(m.__file__).resolve().parent
+              for m in (gradleak_bench, gradleak_bench.baselines, gradleak_bench.envs)]
     from gradleak_bench.registry import source_pyproject
 
     if (pyproject := source_pyproject()) is not None:  # a source checkout's built-in plug-ins are declared there

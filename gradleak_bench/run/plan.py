@@ -25,8 +25,8 @@ from gradleak_bench.errors import GradleakError
 from gradleak_bench.run.config import EvaluateConfig, check_config
 
 if TYPE_CHECKING:
-    from gradleak_bench.tasks import TaskSpec
     from gradleak_bench.registry import PluginBinding
+    from gradleak_bench.tasks import TaskSpec
     from gradleak_bench.victims.card import Located, VictimCard
     from gradleak_bench.victims.zoo import VictimSpec
 
@@ -138,8 +138,8 @@ def _resolve_split(task: str, victim: str | None, checkpoint: str, split: str, e
 
     spec = get_task(task)
     victim_spec, checkpoint = victim_of(spec, victim), check_checkpoint(checkpoint)
-    # PyBullet, the default, is embedded: nothing is imported or checked for it
-    files = () if backend == DEFAULT_BACKEND and not scenes else check_backend(backend, spec.name, spec.backends, split,
-                                                                                tuple(scenes))
+    files: tuple[str, ...] = ()
+    if backend != DEFAULT_BACKEND or scenes:  # PyBullet, the default, is embedded: nothing to import or check
+        files = check_backend(backend, spec.name, spec.backends, split, tuple(scenes))
     return spec, victim_spec, split_config(spec, victim_spec.name, checkpoint, split, episodes_per_layout, seed,
                                            protocol, backend, files)

@@ -100,7 +100,7 @@ class ReleasedGradients:
 def gradient_source(plan: RunPlan, card: VictimCard, victim: LoadedVictim | None, gradients: Any,
                     reads: tuple[str, ...] | None, dataset: Any, fresh: bool) -> Any:
     """The run's gradient source: the read gradients through the cache when they may be kept
-    (:mod:`gradleak_bench.run.released`), else ``gradients`` (built here, loading the victim, if not given)."""
+    (:class:`ReleasedGradients`), else ``gradients`` (:func:`make_gradients`, loading the victim, if not given)."""
     config = plan.config
 
     def compute() -> Any:
@@ -116,7 +116,7 @@ def gradient_source(plan: RunPlan, card: VictimCard, victim: LoadedVictim | None
 
 
 def make_gradients(config: EvaluateConfig, victim: LoadedVictim) -> Any:
-    """The run's gradient source: recomputed exactly from the victim (default), or read from the
+    """The victim's per-step gradients, uncached: recomputed exactly from the victim (default), or read from the
     materialised gradient file ``config.gradients`` (gradients that come from outside the benchmark)."""
     if config.gradients:
         from gradleak_bench.gradient_store import GradientFile
