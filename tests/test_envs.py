@@ -195,3 +195,14 @@ def test_different_layouts_give_different_frames():
     b, _ = env.reset(seed=5, options={"layout_id": 31})
     assert not np.array_equal(a, b)
     env.close()
+
+
+def test_pybullet_prints_nothing_of_its_own():
+    """pybullet prints its build date on stderr when imported and on stdout on the first connect: neither may
+    reach a command's output (a CI log, piped JSON, the line above a progress bar)."""
+    code = ("import gymnasium as gym, gradleak_bench\n"
+            "from gradleak_bench.envs.pybullet.household import PointNavEnv\n"
+            "PointNavEnv(layouts='train').reset(seed=0)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "pybullet" not in done.stdout + done.stderr, done.stdout + done.stderr

@@ -17,7 +17,7 @@ import pybullet as p
 
 from gradleak_bench import splits
 from gradleak_bench.envs.backend import LayoutFacts, Target, View
-from gradleak_bench.envs.pybullet import quiet_stdout
+from gradleak_bench.envs.pybullet import quiet
 from gradleak_bench.envs.pybullet.apartment import (
     TARGET_TYPES, Apartment, doorway_centres, furniture_footprints, generate_apartment,
 )
@@ -99,7 +99,7 @@ class PyBulletBackend:
         if options:
             raise TypeError(f"the pybullet backend takes no backend_options (got {sorted(options)}); its settings "
                             "are the env's own arguments (layouts, image_size, fov).")
-        with quiet_stdout():
+        with quiet():
             self._client = p.connect(p.DIRECT)
         self._camera = Camera(self._client, int(image_size), fov)
         self._segmentation = bool(targets)
