@@ -48,6 +48,18 @@ TOUCHES = """\
                 time.sleep(0.05)  # paced so the watchdog stops it near 1 GiB, not at 4 GiB on a fast machine
             while True:  # held until the watchdog sees it, however late it polls on a loaded machine
                 time.sleep(1)"""
+FILLS_TMP = """\
+            chunk = b"\\1" * (64 << 20)
+            try:
+                with open("/tmp/fill", "wb") as f:  # its private /tmp is a tmpfs: memory, seen by the watchdog
+                    for _ in range(24):
+                        f.write(chunk)
+                        f.flush()
+                        time.sleep(0.05)
+            except OSError:  # the tmpfs is full (it is as large as the memory limit)
+                pass
+            while True:
+                time.sleep(1)"""
 FORKS = """\
             for _ in range(200):
                 if os.fork() == 0:
@@ -186,6 +198,33 @@ def test_a_plugin_that_allocates_past_its_memory_limit_fails_its_episode(tmp_pat
     error = _one_failure(result, "MemoryError")
     assert error.startswith("MemoryError: ")
     assert error.endswith("; its memory limit is 2 GiB (raise it with --limit memory=SIZE)")
+
+
+@sealed_only
+def test_a_plugin_that_fills_its_private_tmp_fails_its_episode(tmp_path):
+    result = _run(tmp_path, _plugin(tmp_path, FILLS_TMP, "fills"), ["memory=1G", "reconstruct=600"])
+    error = _one_failure(result, "exceeded its memory limit of 1 GiB")
+    assert error.startswith("attack 'hostile': exceeded its memory limit of 1 GiB (its processes held ")
+
+
+def test_a_script_run_from_tmp_leaves_the_plugin_its_own_tmp(monkeypatch):
+    """A script in /tmp puts /tmp on the import path, which the sealed process is shown: bound read-only over its
+    private /tmp, it left QGI no writable temporary folder (and showed it every file of the host's /tmp)."""
+    from gradleak_bench.run.isolation import bwrap_command, shown_paths
+
+    monkeypatch.setattr(sys, "path", ["/tmp", *sys.path])
+    assert Path("/tmp") not in {p.resolve() for p in shown_paths("closed_form")}
+    cmd = bwrap_command(3, 4, shown_paths("closed_form"), [], Path("/var/empty"))
+    binds = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--ro-bind"]
+    assert "/tmp" not in binds and cmd[cmd.index("--tmpfs") + 1] == "/tmp"
+
+
+def test_the_scorers_own_disk_is_never_a_plugins_memory():
+    """A process whose /tmp is still the scorer's (a sealed one before bubblewrap has mounted its tmpfs) adds
+    nothing: counting the scorer's disk killed plug-ins at load wherever more of it was used than the limit."""
+    from gradleak_bench.run.sandbox import _tmp_used
+
+    assert _tmp_used(os.getpid()) == 0
 
 
 @sealed_only

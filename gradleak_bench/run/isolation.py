@@ -253,7 +253,11 @@ def shown_paths(plugin_reference: str) -> list[Path]:
 
     if (pyproject := source_pyproject()) is not None:  # a source checkout's built-in plug-ins are declared there
         paths.append(pyproject)
-    paths += [Path(p) for p in sys.path if p and Path(p).is_dir() and Path(p).resolve() != Path("/")]
+    # never "/" or /tmp itself: bound read-only over the process's private /tmp (a script run from /tmp puts it on
+    # the import path), the host's /tmp would leave the plug-in no writable temporary folder and show it every
+    # other file there
+    paths += [Path(p) for p in sys.path
+              if p and Path(p).is_dir() and Path(p).resolve() not in (Path("/"), Path("/tmp").resolve())]
     return paths
 
 

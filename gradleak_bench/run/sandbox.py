@@ -331,8 +331,14 @@ def _pss(pid: int) -> int:
 
 
 def _tmp_used(pid: int) -> int:
+    """The bytes in the sealed process's private /tmp (a tmpfs: memory the plug-in holds). A process whose /tmp is
+    still the scorer's has not entered its sandbox yet (bubblewrap mounts the tmpfs after it forks): that disk is
+    not the plug-in's memory, and counting it killed plug-ins at load on machines with more of it used than the
+    memory limit."""
     try:
         st = os.statvfs(f"/proc/{pid}/root/tmp")
+        if os.stat(f"/proc/{pid}/root/tmp").st_dev == os.stat("/tmp").st_dev:
+            return 0
     except OSError:
         return 0
     return (st.f_blocks - st.f_bfree) * st.f_frsize
