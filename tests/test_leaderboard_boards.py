@@ -119,6 +119,15 @@ def test_a_written_strip_reads_back_within_tolerance_and_a_changed_one_does_not(
     brighter = dataclasses.replace(strip, images={"rgb": {**strip.images["rgb"], "reconstruction": np.clip(
         strip.images["rgb"]["reconstruction"].astype(int) + 30, 0, 255).astype(np.uint8)}})
     assert any("rgb reconstruction: mean |difference|" in d for d in thumbnails.differences(back, brighter))
+    # an optimisation attack on another float path: pixels 8 grey levels apart, its error against the truth kept
+    rgb = strip.images["rgb"]
+    noise = np.random.default_rng(1).choice([-8, 8], size=rgb["reconstruction"].shape)
+    drifted = np.clip(rgb["reconstruction"].astype(int) + noise, 0, 255).astype(np.uint8)
+    assert thumbnails.differences(back, dataclasses.replace(strip, images={"rgb": {**rgb,
+                                                                                  "reconstruction": drifted}})) == []
+    # ... but not another picture: the truth shown as the reconstruction
+    truth_shown = dataclasses.replace(strip, images={"rgb": {**rgb, "reconstruction": rgb["truth"]}})
+    assert any("its error against the truth" in d for d in thumbnails.differences(back, truth_shown))
     moved = {e: {**kinds, "reconstruction": kinds["reconstruction"] + 0.1} for e, kinds in strip.paths.items()}
     assert any(d.startswith("path L001-E00 reconstruction") for d in
                thumbnails.differences(back, dataclasses.replace(strip, paths=moved)))

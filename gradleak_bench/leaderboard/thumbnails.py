@@ -42,6 +42,12 @@ PLOT = 128  # px: side of one episode's top-down trajectory plot
 #: a regenerated path point by this many metres; actions must match exactly (integers).
 IMAGE_TOL = 2.0
 PATH_TOL_M = 0.05
+#: An optimisation attack's reconstruction follows the float path (torch's thread count, the CPU's kernels): over
+#: thousands of Adam steps the last bits grow into visible pixels (QGI's committed strip: 8.0 grey levels apart
+#: between one and two scorer threads, 7.9 with oneDNN's AVX2 kernels as well), while its error against the truth moves
+#: by hundredths of a level. So a regenerated reconstruction row also passes when its mean absolute error against
+#: the truth is within IMAGE_TOL of the committed row's and the two rows are within this many grey levels.
+RECONSTRUCTION_DRIFT = 16.0
 PATH_COLOURS = {"truth": (20, 20, 20), "reconstruction": (214, 39, 40), "prior": (31, 119, 180)}
 
 
@@ -349,8 +355,17 @@ def differences(committed: Strip, fresh: Strip) -> list[str]:
                 found.append(f"{name} {kind}: missing or of another shape")
                 continue
             diff = float(np.abs(a.astype(np.float64) - b.astype(np.float64)).mean())
-            if diff > IMAGE_TOL:
-                found.append(f"{name} {kind}: mean |difference| {diff:.3g} grey levels > {IMAGE_TOL}")
+            if diff <= IMAGE_TOL:
+                continue
+            truth = committed.images[name].get("truth")
+            if kind == "reconstruction" and truth is not None and truth.shape == a.shape:
+                errors = [float(np.abs(x.astype(np.float64) - truth.astype(np.float64)).mean()) for x in (a, b)]
+                if abs(errors[0] - errors[1]) <= IMAGE_TOL and diff <= RECONSTRUCTION_DRIFT:
+                    continue  # the same reconstruction on another float path
+                found.append(f"{name} {kind}: mean |difference| {diff:.3g} grey levels > {IMAGE_TOL}, and its error "
+                             f"against the truth {errors[1]:.3g} against the committed {errors[0]:.3g}")
+                continue
+            found.append(f"{name} {kind}: mean |difference| {diff:.3g} grey levels > {IMAGE_TOL}")
     if committed.actions != fresh.actions:
         found.append(f"actions differ: {committed.actions} vs {fresh.actions}")
     for e in sorted(set(committed.paths) | set(fresh.paths)):
