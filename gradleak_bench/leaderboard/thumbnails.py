@@ -341,6 +341,11 @@ def strip_from_files(root: Path, entry: Entry) -> Strip:
                  {k: tuple(v) for k, v in data["actions"].items()}, paths)
 
 
+def _grey_distance(x: np.ndarray, y: np.ndarray) -> float:
+    """Mean absolute difference of two images, in grey levels."""
+    return float(np.abs(x.astype(np.float64) - y.astype(np.float64)).mean())
+
+
 def differences(committed: Strip, fresh: Strip) -> list[str]:
     """Where a regenerated strip is not the committed one within the tolerances (empty: it regenerates)."""
     found = []
@@ -354,18 +359,17 @@ def differences(committed: Strip, fresh: Strip) -> list[str]:
             if a is None or b is None or a.shape != b.shape:
                 found.append(f"{name} {kind}: missing or of another shape")
                 continue
-            diff = float(np.abs(a.astype(np.float64) - b.astype(np.float64)).mean())
+            diff = _grey_distance(a, b)
             if diff <= IMAGE_TOL:
                 continue
+            message = f"{name} {kind}: mean |difference| {diff:.3g} grey levels > {IMAGE_TOL}"
             truth = committed.images[name].get("truth")
             if kind == "reconstruction" and truth is not None and truth.shape == a.shape:
-                errors = [float(np.abs(x.astype(np.float64) - truth.astype(np.float64)).mean()) for x in (a, b)]
-                if abs(errors[0] - errors[1]) <= IMAGE_TOL and diff <= RECONSTRUCTION_DRIFT:
+                was, now = _grey_distance(a, truth), _grey_distance(b, truth)
+                if abs(was - now) <= IMAGE_TOL and diff <= RECONSTRUCTION_DRIFT:
                     continue  # the same reconstruction on another float path
-                found.append(f"{name} {kind}: mean |difference| {diff:.3g} grey levels > {IMAGE_TOL}, and its error "
-                             f"against the truth {errors[1]:.3g} against the committed {errors[0]:.3g}")
-                continue
-            found.append(f"{name} {kind}: mean |difference| {diff:.3g} grey levels > {IMAGE_TOL}")
+                message += f", and its error against the truth {now:.3g} against the committed {was:.3g}"
+            found.append(message)
     if committed.actions != fresh.actions:
         found.append(f"actions differ: {committed.actions} vs {fresh.actions}")
     for e in sorted(set(committed.paths) | set(fresh.paths)):
