@@ -1,12 +1,12 @@
 """A run resolved once, at the edge: the names of an :class:`~gradleak_bench.run.config.EvaluateConfig` become
 one frozen :class:`RunPlan` of the objects they name, and every layer below receives those objects.
 
-``EvaluateConfig`` stays the recorded, serialisable description of a run (results.json, the W&B config, the
-resume state); the plan is built from it by :func:`resolve` -- at the CLI, in :func:`~gradleak_bench.run.
-evaluation.evaluate` and :class:`~gradleak_bench.run.evaluation.Scorer` (``verify``, thumbnails), per grid
-cell, and shipped to Ray workers (:class:`~gradleak_bench.run.shards.EpisodeWorker`). An unknown task,
-victim, checkpoint, protocol, backend or plug-in name fails here, with the close-match message, before any
-plug-in process starts or any dataset is read.
+``EvaluateConfig`` stays the recorded, serialisable description of a run (results.json, the W&B config, the resume
+state); the plan is built from it by :func:`resolve` -- at the CLI, in
+:func:`~gradleak_bench.run.evaluation.evaluate` and :class:`~gradleak_bench.run.evaluation.Scorer` (``verify``,
+thumbnails), per grid cell, and shipped to Ray workers (:class:`~gradleak_bench.run.shards.EpisodeWorker`). An
+unknown task, victim, checkpoint, protocol, backend or plug-in name fails here, with the close-match message,
+before any plug-in process starts or any dataset is read.
 
 Resolving imports no torch, SB3, h5py or plug-in code: a plug-in reference is checked against the registry's
 entry points (``module:Class`` and ``file.py:Class`` only for their form and file), and the plug-in itself is

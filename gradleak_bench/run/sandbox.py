@@ -1,13 +1,13 @@
 """Plug-in processes: each attack or defense of a run lives in its own long-lived process.
 
-Sealed (the default), the process runs under the operating system's isolation (:mod:`~gradleak_bench.run.
-isolation`: bubblewrap namespaces, an unprivileged user, a private cache). The scorer talks to it over two
-pipes in the :mod:`~gradleak_bench.run.wire` format (a JSON header and raw numeric arrays; never pickle), and
-holds it to its :class:`~gradleak_bench.run.limits.PluginLimits` from outside: a deadline on every call, a
-watchdog on its process tree's memory and process count, the sizes of its answers checked before they are
-read, its stdout/stderr read through a pipe up to a cap; past a limit the whole tree is killed and the process
-started again for the next call. ``sealed=False`` (``evaluate --unsealed``) runs the same handlers inside the
-scorer's process instead: for debugging only, recorded in results.json, never submittable.
+Sealed (the default), the process runs under the operating system's isolation
+(:mod:`~gradleak_bench.run.isolation`: bubblewrap namespaces, an unprivileged user, a private cache). The scorer
+talks to it over two pipes in the :mod:`~gradleak_bench.run.wire` format (a JSON header and raw numeric arrays;
+never pickle), and holds it to its :class:`~gradleak_bench.run.limits.PluginLimits` from outside: a deadline on
+every call, a watchdog on its process tree's memory and process count, the sizes of its answers checked before
+they are read, its stdout/stderr read through a pipe up to a cap; past a limit the whole tree is killed and the
+process started again for the next call. ``sealed=False`` (``evaluate --unsealed``) runs the same handlers inside
+the scorer's process instead: for debugging only, recorded in results.json, never submittable.
 """
 from __future__ import annotations
 
