@@ -19,6 +19,9 @@ def hermetic_environment(factory: pytest.TempPathFactory) -> dict[str, str]:
         "WANDB_DIR": str(factory.getbasetemp()),
         # Gradient-free priors fitted on 16 train steps, not 4096: every evaluate fits them (gradleak_bench/priors.py).
         "GRADLEAK_BENCH_PRIOR_STEPS": "16",
+        # Tiny trainings step their envs in process (worker processes cost seconds to start);
+        # tests/test_training_workers.py trains on workers and checks the two agree bit for bit.
+        "GRADLEAK_BENCH_TRAIN_WORKERS": "0",
     }
 
 

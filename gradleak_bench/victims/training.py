@@ -6,6 +6,7 @@ reported with the val success rate beside a random policy's."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from pathlib import Path
@@ -151,17 +152,101 @@ class _ProgressSaver(BaseCallback):
         atomic_write_bytes(self.directory / "progress.json", json.dumps(state).encode())
 
 
-def _make_model(spec: VictimSpec) -> Any:
+class _PhaseThreads(BaseCallback):
+    """Torch threads by training phase: one while the workers step the environments (the learner only runs the
+    policy's small forward, and a second thread would compete with a worker for a core), ``update_threads``
+    while SB3 updates the policy (the workers wait then, so their cores are free). Never oversubscribes."""
+
+    def __init__(self, update_threads: int):
+        super().__init__()
+        self.update_threads = update_threads
+
+    def _on_rollout_start(self) -> None:
+        torch.set_num_threads(1)
+
+    def _on_rollout_end(self) -> None:
+        torch.set_num_threads(self.update_threads)
+
+    def _on_step(self) -> bool:
+        return True
+
+
+CURVE_EVERY = 32_768
+"""Environment steps between two points of a victim's learning curve (and one point at the start)."""
+CURVE_EPISODES = 32
+CURVE_SEED = 12_345
+"""The curve's val episodes: seeds ``CURVE_SEED + i``, those of training's own success report, apart from the
+committed validation's (:data:`gradleak_bench.victims.validation.VALIDATION_SEED`)."""
+
+
+class _LearningCurve(BaseCallback):
+    """Every :data:`CURVE_EVERY` steps (and at the start), the policy's success and return on the same
+    :data:`CURVE_EPISODES` val episodes, appended to ``curve.json`` in the progress directory (atomically; a point
+    already there, from before a resume, is kept). The rollouts draw from their own numpy generator, never
+    from torch's, so measuring the curve does not change the training it measures."""
+
+    def __init__(self, spec: VictimSpec, directory: Path, every: int = CURVE_EVERY, episodes: int = CURVE_EPISODES):
+        super().__init__()
+        self.spec, self.path, self.every, self.episodes = spec, directory / "curve.json", every, episodes
+        self.points = read_curve(directory)
+
+    def _on_training_start(self) -> None:
+        self._measure_due()
+
+    def _on_step(self) -> bool:
+        self._measure_due()
+        return True
+
+    def _measure_due(self) -> None:
+        step = (self.num_timesteps // self.every) * self.every
+        if any(point["timesteps"] == step for point in self.points):
+            return
+        from gradleak_bench.victims.validation import summarise
+
+        was_training = self.model.policy.training
+        self.model.policy.eval()
+        successes, returns = rollouts(self.spec, self.model.policy, self.episodes, CURVE_SEED)
+        self.model.policy.train(was_training)
+        row = summarise(successes, returns)
+        row.pop("per_episode")
+        self.points.append({"timesteps": int(step), **row})
+        self.points.sort(key=lambda point: point["timesteps"])
+        atomic_write_bytes(self.path, json.dumps({"episodes": self.episodes, "seed": CURVE_SEED, "every": self.every,
+                                                  "points": self.points}, indent=1).encode())
+
+
+def read_curve(directory: Path) -> list[dict[str, Any]]:
+    """The learning-curve points saved in a progress (or published checkpoint) directory, oldest first."""
+    path = directory / "curve.json"
+    return list(json.loads(path.read_text())["points"]) if path.is_file() else []
+
+
+def _train_env(gym_id: str, image_size: int, env_kwargs: dict[str, Any]) -> gym.Env:
+    # module-level (pickled by reference), so a worker process imports this module and with it the task registry
+    return gym.make(gym_id, layouts="train", image_size=image_size, **env_kwargs)
+
+
+def _make_model(spec: VictimSpec, workers: int | None = None) -> Any:
+    """The SB3 model of ``spec`` from its start weights, its environments stepped by ``workers`` processes
+    (:mod:`gradleak_bench.victims.workers`; default one per core, at most one per environment; ``0``: SB3's
+    in-process ``DummyVecEnv``). The worker count never changes what is computed, only how fast."""
     from stable_baselines3.common.env_util import make_vec_env
 
+    from gradleak_bench.victims.workers import WorkerVecEnv, default_workers
+
     task = get_task(spec.task)
-    env = make_vec_env(lambda: gym.make(task.gym_id, layouts="train", image_size=spec.image_size,
-                                        **spec.train.env_kwargs),
-                       n_envs=spec.train.n_envs, seed=spec.train.seed)
+    make = functools.partial(_train_env, task.gym_id, spec.image_size, dict(spec.train.env_kwargs))
+    workers = default_workers(spec.train.n_envs) if workers is None else int(workers)
+    vec = dict(vec_env_cls=WorkerVecEnv, vec_env_kwargs={"workers": workers}) if workers > 0 else {}
+    env = make_vec_env(make, n_envs=spec.train.n_envs, seed=spec.train.seed, **vec)
     algo = algorithm_class(spec.algo)
-    model = algo(spec.policy, env, seed=spec.train.seed, device="cpu", verbose=0,
-                 policy_kwargs=resolve_policy_kwargs(spec.policy_kwargs), **spec.train.hyperparams)
-    model.policy.load_state_dict(_start_weights(spec))
+    try:
+        model = algo(spec.policy, env, seed=spec.train.seed, device="cpu", verbose=0,
+                     policy_kwargs=resolve_policy_kwargs(spec.policy_kwargs), **spec.train.hyperparams)
+        model.policy.load_state_dict(_start_weights(spec))
+    except BaseException:
+        env.close()
+        raise
     if spec.algo == "dqn":
         model.policy.q_net_target.load_state_dict(model.policy.q_net.state_dict())
     return model
@@ -202,16 +287,32 @@ def with_budget(spec: VictimSpec, budget: int | None = None, seed: int | None = 
 
 
 def train_resumable(spec: VictimSpec, directory: Path, desc: str, hooks: TrainingHooks | None = None,
-                    progress: bool = True) -> tuple[Any, int, float]:
+                    progress: bool = True, workers: int | None = None,
+                    update_threads: int | None = None, curve: bool = False) -> tuple[Any, int, float]:
     """Train ``spec`` from its ``init`` weights to its budget, resuming from ``directory``'s saved progress.
 
+    ``workers``: environment worker processes (:func:`_make_model`); ``update_threads``: torch threads for the
+    policy update (default: one per available core; one thread while the environments step).
     Returns the SB3 model, the steps trained and the training seconds (summed over resumed sessions).
     """
-    from gradleak_bench.progress import progress as tqdm
+    from gradleak_bench.victims.workers import available_cores
 
     directory.mkdir(parents=True, exist_ok=True)
-    model = _make_model(spec)
-    callbacks = hooks.attach(model) if hooks is not None else []
+    model = _make_model(spec, workers)
+    try:
+        return _train_model(model, spec, directory, desc, hooks, progress,
+                            available_cores() if update_threads is None else update_threads, curve)
+    finally:
+        model.env.close()
+
+
+def _train_model(model: Any, spec: VictimSpec, directory: Path, desc: str, hooks: TrainingHooks | None,
+                 progress: bool, update_threads: int, curve: bool) -> tuple[Any, int, float]:
+    from gradleak_bench.progress import progress as tqdm
+
+    callbacks = [_PhaseThreads(update_threads), *(hooks.attach(model) if hooks is not None else [])]
+    if curve:
+        callbacks.append(_LearningCurve(spec, directory))
     done, seconds = 0, 0.0
     progress_file = directory / "progress.json"
     if progress_file.is_file():
@@ -250,7 +351,8 @@ def train(task: str, victim: str | None = None, budget: int | None = None, eval_
 def train_spec(spec: VictimSpec, eval_episodes: int = 24, progress: bool = True, desc: str | None = None) -> dict[str, Any]:
     """Train (or resume) ``spec`` into the cache's ``trained`` checkpoint; report val success beside random."""
     directory = cached_dir(spec)
-    model, done, seconds = train_resumable(spec, directory, desc or f"train {spec.key}", progress=progress)
+    model, done, seconds = train_resumable(spec, directory, desc or f"train {spec.key}", progress=progress,
+                                           curve=True)
     report = {
         "victim": spec.key, "config_hash": spec.config_hash(), "timesteps": done, "train_seconds": round(seconds, 1),
         "val": success_rate(spec, model.policy, eval_episodes),

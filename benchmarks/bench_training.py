@@ -1,0 +1,84 @@
+"""Victim training throughput: environment steps per wall-second, before and after the worker processes.
+
+One process trains ``--victim`` for ``--steps`` environment steps from its committed ``init`` weights (a fresh
+temporary cache, so nothing resumes) and prints one JSON line: steps per wall-second and per CPU-second, the
+worker count and the learner's torch threads. The modes:
+
+* ``before``: what ``train-victim`` did before issue 37: SB3's in-process ``DummyVecEnv`` and torch's default
+  thread count (all cores) for the whole run (``--threads`` overrides, e.g. ``--threads 1``, the best it could do);
+* ``after``: :class:`~gradleak_bench.victims.workers.WorkerVecEnv`, ``--workers`` processes (default one per
+  core), one torch thread while the environments step and one per core while the policy updates.
+
+Whole-process timings, alternated A B A B (state the machine's load)::
+
+    farm-bench -n 3 --timeout 900 --vs 'python benchmarks/bench_training.py --mode before --victim ppo' \\
+        -- python benchmarks/bench_training.py --mode after --victim ppo
+
+``--check-same`` trains twice on 512 steps, in process (``DummyVecEnv``) and on workers, and exits 1 unless the
+weights are bit-identical (the worker count changes nothing that is computed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mode", choices=("before", "after"), default="after")
+    parser.add_argument("--task", default="PointNav")
+    parser.add_argument("--victim", default="ppo")
+    parser.add_argument("--steps", type=int, default=2048)
+    parser.add_argument("--workers", type=int, default=None, help="after: worker processes (default: one per core)")
+    parser.add_argument("--threads", type=int, default=None, help="before: torch threads (default: torch's own)")
+    parser.add_argument("--check-same", action="store_true")
+    args = parser.parse_args(argv)
+
+    os.environ["GRADLEAK_BENCH_CACHE"] = tempfile.mkdtemp(prefix="bench-training-")
+    import torch
+
+    from gradleak_bench.victims.training import train_resumable, with_budget
+    from gradleak_bench.victims.zoo import get_victim
+
+    spec = with_budget(get_victim(args.task, args.victim), args.steps)
+    root = os.environ["GRADLEAK_BENCH_CACHE"]
+    if args.check_same:
+        spec = with_budget(spec, 512)
+        torch.set_num_threads(1)
+        a, _, _ = train_resumable(spec, __import__("pathlib").Path(root, "a"), "dummy", progress=False, workers=0,
+                                  update_threads=1)
+        b, _, _ = train_resumable(spec, __import__("pathlib").Path(root, "b"), "workers", progress=False, workers=2,
+                                  update_threads=1)
+        same = all(torch.equal(x, y) for x, y in zip(a.policy.state_dict().values(), b.policy.state_dict().values()))
+        print(json.dumps({"victim": spec.key, "steps": 512, "bit_identical": same}))
+        return 0 if same else 1
+
+    from pathlib import Path
+
+    if args.mode == "before":
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        threads = torch.get_num_threads()
+        kwargs = dict(workers=0, update_threads=threads)
+    else:
+        threads = None
+        kwargs = dict(workers=args.workers)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    children0 = os.times()
+    _, done, _ = train_resumable(spec, Path(root, "run"), args.mode, progress=False, **kwargs)
+    wall = time.perf_counter() - wall0
+    t = os.times()
+    cpu = (time.process_time() - cpu0) + (t.children_user - children0.children_user) + (
+        t.children_system - children0.children_system)
+    print(json.dumps({"mode": args.mode, "victim": spec.key, "steps": done, "wall_s": round(wall, 2),
+                      "steps_per_wall_s": round(done / wall, 1), "steps_per_cpu_s": round(done / cpu, 1),
+                      "workers": kwargs["workers"], "torch_threads": threads, "load": os.getloadavg()[0]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

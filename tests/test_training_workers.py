@@ -1,0 +1,74 @@
+"""Training on environment worker processes computes exactly what SB3's in-process DummyVecEnv computes, and a
+worker that dies ends the run with one message, keeping the saved progress."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+
+from gradleak_bench.victims.training import _make_model, train_resumable, with_budget
+from gradleak_bench.victims.workers import TrainingWorkerDied, WorkerVecEnv, _blocks, default_workers
+from gradleak_bench.victims.zoo import get_victim
+
+
+def _weights(model) -> dict[str, torch.Tensor]:
+    return {name: value.clone() for name, value in model.policy.state_dict().items()}
+
+
+@pytest.mark.parametrize("victim", ["ppo_compact"])
+def test_workers_train_bit_identically_to_sb3s_dummy_vec_env(tmp_path, victim):
+    """Two PPO updates of PointNav/ppo_compact (4 envs, resets inside the rollouts): the in-process run and the
+    runs on 1 and 2 worker processes end at the same weights, bit for bit, so the worker count is a speed
+    setting only (the episodes each env plays are the same)."""
+    spec = with_budget(get_victim("PointNav", victim), 1024)
+    results = {}
+    for workers in (0, 1, 2):
+        model, done, _ = train_resumable(spec, tmp_path / f"w{workers}", "t", progress=False, workers=workers,
+                                         update_threads=1)
+        assert done == 1024
+        results[workers] = _weights(model)
+    for workers in (1, 2):
+        for name, value in results[0].items():
+            assert torch.equal(value, results[workers][name]), (workers, name)
+    assert any(not torch.equal(results[0][n], v) for n, v in
+               _make_model(spec, workers=0).policy.state_dict().items())  # it did train
+
+
+def test_blocks_split_envs_contiguously_and_evenly():
+    assert _blocks(4, 2) == [range(0, 2), range(2, 4)]
+    assert _blocks(5, 2) == [range(0, 3), range(3, 5)]
+    assert _blocks(4, 4) == [range(i, i + 1) for i in range(4)]
+
+
+def test_default_workers_follow_the_variable_and_never_exceed_the_envs(monkeypatch):
+    from gradleak_bench.errors import GradleakError
+
+    monkeypatch.setenv("GRADLEAK_BENCH_TRAIN_WORKERS", "8")
+    assert default_workers(4) == 4
+    monkeypatch.setenv("GRADLEAK_BENCH_TRAIN_WORKERS", "0")
+    assert default_workers(4) == 0
+    monkeypatch.setenv("GRADLEAK_BENCH_TRAIN_WORKERS", "two")
+    with pytest.raises(GradleakError, match="whole number"):
+        default_workers(4)
+    monkeypatch.delenv("GRADLEAK_BENCH_TRAIN_WORKERS")
+    assert 1 <= default_workers(4) <= min(4, os.cpu_count() or 1)
+
+
+def test_a_worker_that_dies_ends_the_run_with_one_message():
+    """A killed worker: the learner's next wait raises TrainingWorkerDied naming the worker and its exit code
+    (the CLI prints it and exits 2), instead of hanging or printing a pipe traceback."""
+    spec = with_budget(get_victim("PointNav", "ppo_compact"), 256)
+    model = _make_model(spec, workers=2)
+    env: WorkerVecEnv = model.env
+    try:
+        env.reset()
+        os.kill(env.processes[1].pid, signal.SIGKILL)
+        env.processes[1].join(timeout=10)
+        with pytest.raises(TrainingWorkerDied, match=r"worker 1 \(environments 2-3\) ended \(exit code -9\)"):
+            env.step(torch.zeros(4, dtype=torch.long).numpy())
+    finally:
+        env.close()
+    assert not any(p.is_alive() for p in env.processes)
