@@ -493,12 +493,27 @@ def train_victim(
     victim: Optional[str] = typer.Option(None, help="victim of the task"),
     budget: Optional[int] = typer.Option(None, help="environment steps (default: the victim's fixed budget)"),
     eval_episodes: int = typer.Option(24, help="val episodes for the success rate"),
+    workers: Optional[int] = typer.Option(
+        None, min=0, help="environment worker processes (default: one per CPU core, at most one per environment; "
+                          "0: in this process); the trained weights do not depend on it"),
 ) -> None:
-    """Train a victim's `trained` checkpoint on the train layouts (resumable; cached by config hash) and
-    report its success rate on val beside a random policy's."""
-    from gradleak_bench.victims.training import train
+    """Train a victim's `trained` checkpoint on the train layouts and report its success rate on val beside a
+    random policy's.
 
-    report = train(task, victim, budget=budget, eval_episodes=eval_episodes)
+    Resumable and cached by config hash: Ctrl-C keeps the progress saved every 4,096 steps, and the same command
+    resumes from it; a larger --budget continues from the saved steps of a smaller one. The environments step in
+    worker processes, one per core, with one torch thread each (docs/tasks.md, "Training speed"); a learning
+    curve (32 val episodes every 32,768 steps) is saved beside the progress.
+
+    Example: gradleak-bench train-victim PointNav --victim ppo_84 --budget 512000
+    """
+    from gradleak_bench.victims.training import TrainingInterrupted, train
+
+    try:
+        report = train(task, victim, budget=budget, eval_episodes=eval_episodes, workers=workers)
+    except TrainingInterrupted as exc:
+        err_console.print(str(exc), soft_wrap=True)
+        sys.exit(130)
     console.print_json(json.dumps(report))
 
 

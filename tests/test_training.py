@@ -128,3 +128,80 @@ def test_sac_trains_resumably_into_a_loadable_checkpoint():
     (directory / "progress.json").write_text(json.dumps({**progress, "timesteps": 200}))
     (directory / "trained.safetensors").unlink()
     assert train_spec(spec, eval_episodes=1, progress=False)["timesteps"] == 300
+
+
+def _compact(budget: int):
+    from gradleak_bench.victims.training import with_budget
+
+    return with_budget(get_victim("PointNav", "ppo_compact"), budget)
+
+
+def test_a_larger_budget_continues_from_the_saved_steps_and_a_smaller_one_is_refused():
+    """`train-victim --budget 1024` after a finished 512-step run trains 512 more steps from that run's saved
+    weights and optimiser (not 1024 from init); a budget below every saved run of the victim is refused. (One
+    PPO rollout of ppo_compact is 4 envs x 128 steps = 512 steps.)"""
+    from gradleak_bench.errors import GradleakError
+    from gradleak_bench.victims.training import continue_smaller_budget, train_spec
+
+    small, large = _compact(512), _compact(1024)
+    train_spec(small, eval_episodes=1, progress=False)
+    saved = (cached_dir(small) / "progress.safetensors").read_bytes()
+    assert continue_smaller_budget(large, cached_dir(large)) == cached_dir(small)
+    assert (cached_dir(large) / "progress.safetensors").read_bytes() == saved
+    assert json.loads((cached_dir(large) / "progress.json").read_text())["timesteps"] == 512
+    report = train_spec(large, eval_episodes=1, progress=False)
+    assert report["timesteps"] == 1024
+    with pytest.raises(GradleakError, match=r"1,024 saved training steps .* pass --budget 1024 or more"):
+        train_spec(_compact(256), eval_episodes=1, progress=False)
+
+
+def test_a_truncated_or_foreign_progress_file_is_refused_with_what_to_do(tmp_path):
+    from gradleak_bench.errors import CorruptFileError
+    from gradleak_bench.victims.training import train_resumable
+
+    spec = _compact(256)
+    train_resumable(spec, tmp_path, "t", progress=False)
+    weights = tmp_path / "progress.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # truncated by a full disk
+    with pytest.raises(CorruptFileError, match="cannot be resumed .* Move the folder away"):
+        train_resumable(_compact(512), tmp_path, "t", progress=False)
+    # a save of another network under the right name: sha256 no longer matches progress.json
+    other = tmp_path / "other"
+    train_resumable(_compact(256), other, "t", progress=False)
+    import safetensors.torch
+    import torch
+
+    safetensors.torch.save_file({"x": torch.zeros(1)}, str(other / "progress.safetensors"))
+    with pytest.raises(CorruptFileError, match="not the file progress.json was saved with"):
+        train_resumable(_compact(512), other, "t", progress=False)
+
+
+def test_ctrl_c_says_which_saved_step_is_kept_and_how_to_resume(tmp_path):
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from gradleak_bench.victims.training import TrainingInterrupted, train_resumable
+
+    class CtrlC(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= 128:
+                raise KeyboardInterrupt
+            return True
+
+    class Hooks:
+        def attach(self, model):
+            return [CtrlC()]
+
+        def state(self):
+            return {}
+
+        def load_state(self, state):
+            pass
+
+    with pytest.raises(TrainingInterrupted, match=r"interrupted at step 128 of 512: nothing was saved yet .* "
+                                                  r"again to start over"):
+        train_resumable(_compact(512), tmp_path, "t", hooks=Hooks(), progress=False)
+    train_resumable(_compact(512), tmp_path, "t", progress=False)  # saves at 512
+    with pytest.raises(TrainingInterrupted, match=r"interrupted at step 640 of 1,024: the progress saved at step "
+                                                  r"512 is kept .* run the same command again to resume from it"):
+        CtrlC._on_step = lambda self: (_ for _ in ()).throw(KeyboardInterrupt) if self.num_timesteps >= 640 else True
+        train_resumable(_compact(1024), tmp_path, "t", hooks=Hooks(), progress=False)

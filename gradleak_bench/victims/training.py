@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ import safetensors.torch
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
-from gradleak_bench.errors import GradleakError
+from gradleak_bench.errors import CorruptFileError, GradleakError
 from gradleak_bench.paths import atomic_write_bytes
 from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.checkpoint import load_victim, save_checkpoint
@@ -33,11 +34,17 @@ CHUNK_STEPS = 4096
 TRAINING_STARTS = ("init", "trained")
 
 
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _save_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:
     state = optimizer.state_dict()
     tensors = {f"{idx}.{key}": torch.as_tensor(value).clone()
                for idx, entry in state["state"].items() for key, value in entry.items()}
-    safetensors.torch.save_file(tensors, str(path), metadata={"param_groups": json.dumps(state["param_groups"])})
+    tmp = path.with_name(f".{path.name}.tmp")
+    safetensors.torch.save_file(tensors, str(tmp), metadata={"param_groups": json.dumps(state["param_groups"])})
+    tmp.replace(path)
 
 
 def _load_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:
@@ -106,6 +113,10 @@ def _load_replay(model: Any, path: Path) -> None:
     buffer.pos, buffer.full = int(meta["pos"]), meta["full"] == "True"
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training; its message says which step's progress is kept and how to resume."""
+
+
 class TrainingHooks(Protocol):
     """What a caller may attach to a resumable training run (the defended training of
     :mod:`gradleak_bench.victims.defended` is one): callbacks, and a JSON state saved with each progress
@@ -138,12 +149,17 @@ class _ProgressSaver(BaseCallback):
         now = time.perf_counter()
         self.seconds += now - self._start
         self._start, self._saved_at = now, self.model.num_timesteps
-        safetensors.torch.save_model(self.model.policy, str(self.directory / "progress.safetensors"))
+        weights = self.directory / "progress.safetensors"
+        tmp = weights.with_name(f".{weights.name}.tmp")
+        safetensors.torch.save_model(self.model.policy, str(tmp))
+        tmp.replace(weights)
         for name, optimizer in _optimizers(self.model).items():
             _save_optimizer(optimizer, _optimizer_path(self.directory, name))
         if getattr(self.model, "replay_buffer", None) is not None:
             _save_replay(self.model, self.directory / "replay.safetensors")
         state = {"timesteps": int(self.model.num_timesteps), "seconds": self.seconds,
+                 # which weights this count belongs to: a resume refuses weights from another save
+                 "weights_sha256": _file_sha256(weights),
                  # the counters SB3 schedules target-network updates by
                  "counters": {k: int(getattr(self.model, k)) for k in ("_n_updates", "_n_calls")
                               if hasattr(self.model, k)}}
@@ -306,6 +322,28 @@ def train_resumable(spec: VictimSpec, directory: Path, desc: str, hooks: Trainin
         model.env.close()
 
 
+def _load_progress(model: Any, directory: Path) -> dict[str, Any]:
+    """Load the saved progress of ``directory`` into ``model``; returns its ``progress.json``. A file that is
+    truncated, edited, from another save or written for another network is refused with what to do."""
+    try:
+        state = json.loads((directory / "progress.json").read_text())
+        int(state["timesteps"]), float(state["seconds"])
+        weights = directory / "progress.safetensors"
+        if "weights_sha256" in state and _file_sha256(weights) != state["weights_sha256"]:
+            raise ValueError("progress.safetensors is not the file progress.json was saved with")
+        safetensors.torch.load_model(model.policy, str(weights))
+        for name, optimizer in _optimizers(model).items():
+            _load_optimizer(optimizer, _optimizer_path(directory, name))
+        replay = directory / "replay.safetensors"
+        if getattr(model, "replay_buffer", None) is not None and replay.is_file():
+            _load_replay(model, replay)  # progress written before replay buffers were saved resumes empty
+    except Exception as exc:  # json, safetensors and torch raise many types for a bad or foreign file
+        raise CorruptFileError(
+            f"the saved training progress in {directory} cannot be resumed ({type(exc).__name__}: {exc}). "
+            f"Move the folder away to train from the start, or restore it from a backup.") from exc
+    return state
+
+
 def _train_model(model: Any, spec: VictimSpec, directory: Path, desc: str, hooks: TrainingHooks | None,
                  progress: bool, update_threads: int, curve: bool) -> tuple[Any, int, float]:
     from gradleak_bench.progress import progress as tqdm
@@ -314,15 +352,8 @@ def _train_model(model: Any, spec: VictimSpec, directory: Path, desc: str, hooks
     if curve:
         callbacks.append(_LearningCurve(spec, directory))
     done, seconds = 0, 0.0
-    progress_file = directory / "progress.json"
-    if progress_file.is_file():
-        state = json.loads(progress_file.read_text())
-        safetensors.torch.load_model(model.policy, str(directory / "progress.safetensors"))
-        for name, optimizer in _optimizers(model).items():
-            _load_optimizer(optimizer, _optimizer_path(directory, name))
-        replay = directory / "replay.safetensors"
-        if getattr(model, "replay_buffer", None) is not None and replay.is_file():
-            _load_replay(model, replay)  # progress written before replay buffers were saved resumes empty
+    if (directory / "progress.json").is_file():
+        state = _load_progress(model, directory)
         for key, value in state.get("counters", {}).items():
             setattr(model, key, int(value))
         done, seconds = int(state["timesteps"]), float(state["seconds"])
@@ -335,24 +366,101 @@ def _train_model(model: Any, spec: VictimSpec, directory: Path, desc: str, hooks
             saver = _ProgressSaver(directory, bar, seconds, hooks)
             # One learn() call over the whole remaining budget, so SB3's schedules (DQN's exploration) run over
             # the full budget; the callback saves progress every CHUNK_STEPS steps.
-            model.learn(total - done, reset_num_timesteps=done == 0, callback=[saver, *callbacks])
+            try:
+                model.learn(total - done, reset_num_timesteps=done == 0, callback=[saver, *callbacks])
+            except KeyboardInterrupt:
+                kept = saver._saved_at if saver._saved_at >= 0 else done
+                head = f"interrupted at step {int(model.num_timesteps):,} of {total:,}: "
+                if kept == 0:
+                    raise TrainingInterrupted(
+                        head + f"nothing was saved yet (progress is saved every {CHUNK_STEPS:,} steps); run the "
+                        "same command again to start over.") from None
+                raise TrainingInterrupted(
+                    head + f"the progress saved at step {kept:,} is kept (saved every {CHUNK_STEPS:,} steps) in "
+                    f"{directory}; run the same command again to resume from it.") from None
             saver.save()
             done, seconds = int(model.num_timesteps), saver.seconds
     model.policy.eval()
     return model, done, seconds
 
 
+SPEC_FILE = "spec.json"
+PROGRESS_FILES = ("progress.json", "progress.safetensors", "replay.safetensors", "curve.json")
+
+
+def _saved_runs(spec: VictimSpec) -> list[tuple[int, Path]]:
+    """(saved steps, folder) of every cached training of ``spec``'s victim that differs from ``spec`` in its
+    budget alone (its ``spec.json``, or the spec in its ``trained.json``)."""
+    def same_but_budget(data: dict[str, Any]) -> bool:
+        mine, theirs = spec.to_dict(), dict(data)
+        for d in (mine, theirs):
+            d.pop("description", None)
+            d["train"] = {k: v for k, v in d.get("train", {}).items() if k != "total_timesteps"}
+        return mine == theirs
+
+    found = []
+    for folder in sorted(cached_dir(spec).parent.glob(f"{spec.task}-{spec.name}-*")):
+        progress = folder / "progress.json"
+        try:
+            meta = folder / SPEC_FILE
+            data = json.loads(meta.read_text()) if meta.is_file() else json.loads(
+                (folder / "trained.json").read_text())["victim"]
+            steps = int(json.loads(progress.read_text())["timesteps"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # no progress, or a folder of an older format: not continuable
+        if same_but_budget(data):
+            found.append((steps, folder))
+    return found
+
+
+def continue_smaller_budget(spec: VictimSpec, directory: Path) -> Path | None:
+    """A larger ``--budget`` continues from saved steps: when ``directory`` (``spec``'s own cache folder) holds
+    no progress, copy in the progress of the same victim saved under the largest budget at most ``spec``'s, and
+    return its folder. The continued run's schedules over the budget (DQN's exploration) are the new budget's
+    from the saved step on. Refused when every saved run of the victim is past ``spec``'s budget: that is not a
+    continuation, and training from the start is the user's call (move the folder away)."""
+    import shutil
+
+    if (directory / "progress.json").is_file():
+        return None
+    budget = spec.train.total_timesteps
+    runs = [(steps, folder) for steps, folder in _saved_runs(spec) if folder != directory]
+    below = [(steps, folder) for steps, folder in runs if steps <= budget]
+    if not below:
+        if runs:
+            steps, folder = max(runs)
+            raise GradleakError(
+                f"{spec.key} has {steps:,} saved training steps in {folder}, more than the budget of {budget:,}: "
+                f"pass --budget {steps} or more to continue them, or move that folder away to train {budget:,} "
+                "steps from the start.")
+        return None
+    steps, folder = max(below)
+    directory.mkdir(parents=True, exist_ok=True)
+    # progress.json last: it declares the others complete
+    for path in sorted(folder.iterdir(), key=lambda p: (p.name == "progress.json", p.name)):
+        if path.name in PROGRESS_FILES or path.name.startswith("optimizer"):
+            shutil.copy2(path, directory / path.name)
+    return folder
+
+
 def train(task: str, victim: str | None = None, budget: int | None = None, eval_episodes: int = 24,
-          progress: bool = True) -> dict[str, Any]:
+          progress: bool = True, workers: int | None = None) -> dict[str, Any]:
     """Train (or resume training) the victim and write its ``trained`` checkpoint to the cache."""
-    return train_spec(with_budget(get_victim(task, victim), budget), eval_episodes, progress)
+    return train_spec(with_budget(get_victim(task, victim), budget), eval_episodes, progress, workers=workers)
 
 
-def train_spec(spec: VictimSpec, eval_episodes: int = 24, progress: bool = True, desc: str | None = None) -> dict[str, Any]:
-    """Train (or resume) ``spec`` into the cache's ``trained`` checkpoint; report val success beside random."""
+def train_spec(spec: VictimSpec, eval_episodes: int = 24, progress: bool = True, desc: str | None = None,
+               workers: int | None = None) -> dict[str, Any]:
+    """Train (or resume) ``spec`` into the cache's ``trained`` checkpoint; report val success beside random.
+
+    With no saved progress under ``spec``'s own budget, the saved progress of the same victim under the largest
+    smaller budget is continued (:func:`continue_smaller_budget`)."""
     directory = cached_dir(spec)
+    continue_smaller_budget(spec, directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(directory / SPEC_FILE, json.dumps(spec.to_dict(), indent=1).encode())
     model, done, seconds = train_resumable(spec, directory, desc or f"train {spec.key}", progress=progress,
-                                           curve=True)
+                                           workers=workers, curve=True)
     report = {
         "victim": spec.key, "config_hash": spec.config_hash(), "timesteps": done, "train_seconds": round(seconds, 1),
         "val": success_rate(spec, model.policy, eval_episodes),
