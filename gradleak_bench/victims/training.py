@@ -308,16 +308,16 @@ def train_resumable(spec: VictimSpec, directory: Path, desc: str, hooks: Trainin
     """Train ``spec`` from its ``init`` weights to its budget, resuming from ``directory``'s saved progress.
 
     ``workers``: environment worker processes (:func:`_make_model`); ``update_threads``: torch threads for the
-    policy update (default: one per available core; one thread while the environments step).
+    policy update (default: torch's count as the command set it, ``--threads N`` or all cores; one thread while
+    the environments step; 0: leave torch's setting alone for the whole run, as training did before the workers).
     Returns the SB3 model, the steps trained and the training seconds (summed over resumed sessions).
     """
-    from gradleak_bench.victims.workers import available_cores
-
     directory.mkdir(parents=True, exist_ok=True)
     model = _make_model(spec, workers)
     try:
+        # torch's thread count as the command set it (--threads N; a training command's default: all cores)
         return _train_model(model, spec, directory, desc, hooks, progress,
-                            available_cores() if update_threads is None else update_threads, curve)
+                            torch.get_num_threads() if update_threads is None else update_threads, curve)
     finally:
         model.env.close()
 
@@ -348,7 +348,9 @@ def _train_model(model: Any, spec: VictimSpec, directory: Path, desc: str, hooks
                  progress: bool, update_threads: int, curve: bool) -> tuple[Any, int, float]:
     from gradleak_bench.progress import progress as tqdm
 
-    callbacks = [_PhaseThreads(update_threads), *(hooks.attach(model) if hooks is not None else [])]
+    # update_threads 0: torch's thread setting stays as it is for the whole run (the pre-worker behaviour)
+    callbacks = [_PhaseThreads(update_threads)] if update_threads else []
+    callbacks += hooks.attach(model) if hooks is not None else []
     if curve:
         callbacks.append(_LearningCurve(spec, directory))
     done, seconds = 0, 0.0
