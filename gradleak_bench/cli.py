@@ -53,6 +53,23 @@ def _global_options(
         apply_threads(threads, ctx.invoked_subcommand)
 
 
+def _budget_line(spec) -> str:
+    """``budget: 512,000 steps; trained in 1.2 h`` (the published training report's seconds, summed over
+    resumed sessions), or the budget alone when no trained checkpoint of this spec is at hand."""
+    from gradleak_bench.victims.card import find_checkpoint, read_meta
+
+    line = f"budget: {spec.train.total_timesteps:,} steps"
+    found = find_checkpoint(spec, "trained")
+    if found is not None:
+        try:
+            report = read_meta(found / "trained.json").get("report", {})
+            line += (f"; trained {int(report['timesteps']):,} steps in "
+                     f"{float(report['train_seconds']) / 3600:.1f} h of wall time")
+        except (GradleakError, KeyError, TypeError, ValueError):
+            pass  # an older report without these fields: the budget alone
+    return line
+
+
 @app.command("list")
 def list_() -> None:
     """Show the tasks, victims and checkpoints, attacks, defenses and metrics you can use."""
@@ -87,7 +104,7 @@ def list_() -> None:
         marks = [c + ("*" if c == "init" or find_checkpoint(v, c) else "") for c in CHECKPOINTS]
         if v.key in NOT_LEARNED:
             marks = [m if not m.startswith("trained") else "trained-" for m in marks]
-        lines = [f"checkpoints: {' '.join(marks)}"]
+        lines = [f"checkpoints: {' '.join(marks)}", _budget_line(v)]
         data = validation.read_validation(v)
         if data:  # val success and mean return with 95% intervals (`gradleak-bench validate-victim`)
             rows = data.get("policies", {})

@@ -205,6 +205,7 @@ class _LearningCurve(BaseCallback):
         super().__init__()
         self.spec, self.path, self.every, self.episodes = spec, directory / "curve.json", every, episodes
         self.points = read_curve(directory)
+        self.random = json.loads(self.path.read_text()).get("random") if self.path.is_file() else None
 
     def _on_training_start(self) -> None:
         self._measure_due()
@@ -227,8 +228,20 @@ class _LearningCurve(BaseCallback):
         row.pop("per_episode")
         self.points.append({"timesteps": int(step), **row})
         self.points.sort(key=lambda point: point["timesteps"])
-        atomic_write_bytes(self.path, json.dumps({"episodes": self.episodes, "seed": CURVE_SEED, "every": self.every,
+        if self.random is None:  # the random policy on the same episodes: the line a curve must rise above
+            self.random = curve_random_row(self.spec, self.episodes)
+        atomic_write_bytes(self.path, json.dumps({"victim": self.spec.key, "episodes": self.episodes,
+                                                  "seed": CURVE_SEED, "every": self.every, "random": self.random,
                                                   "points": self.points}, indent=1).encode())
+
+
+def curve_random_row(spec: VictimSpec, episodes: int = CURVE_EPISODES) -> dict[str, Any]:
+    """A uniformly random policy's success and return on a learning curve's val episodes."""
+    from gradleak_bench.victims.validation import summarise
+
+    row = summarise(*rollouts(spec, None, episodes, CURVE_SEED))
+    row.pop("per_episode")
+    return row
 
 
 def read_curve(directory: Path) -> list[dict[str, Any]]:
