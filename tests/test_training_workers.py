@@ -72,3 +72,68 @@ def test_a_worker_that_dies_ends_the_run_with_one_message():
     finally:
         env.close()
     assert not any(p.is_alive() for p in env.processes)
+
+
+def _cli(*args: str, **kwargs):
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "gradleak_bench.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def _group(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group, read from /proc."""
+    members = []
+    for stat in __import__("pathlib").Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def test_ctrl_c_on_train_victim_exits_130_saying_what_is_kept_and_leaves_no_worker():
+    """SIGINT to the whole process group, as a terminal's Ctrl-C: the workers ignore it, the learner stops, closes
+    them, prints which step's progress is kept and how to resume, and exits 130."""
+    import time
+
+    import re
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "gradleak_bench.cli", "--threads", "1", "train-victim",
+                                 "PointNav", "--victim", "ppo_compact", "--budget", "20000", "--workers", "2",
+                                 "--eval-episodes", "1"], stdout=subprocess.DEVNULL, stderr=log, text=True,
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.5)
+                log.seek(0)
+                if any(int(n) >= 600 for n in re.findall(r"\| ?(\d+)/20000", log.read())):
+                    break  # the progress bar is past the first rollout: inside training
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        log.seek(0)
+        err = log.read()
+    assert proc.returncode == 130, err
+    assert "interrupted at step" in err and "run the same command again" in err, err
+    assert "Traceback" not in err, err
+    time.sleep(2)
+    assert _group(proc.pid) == []
+
+
+def test_unknown_victim_and_a_budget_below_one_step_get_one_message_each():
+    for args, message in ((("--victim", "nosuch"), "nosuch"), (("--victim", "ppo_compact", "--budget", "0"),
+                                                                  "at least 1 environment step")):
+        proc = _cli("train-victim", "PointNav", *args)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2 and message in err and "Traceback" not in err, err

@@ -326,7 +326,11 @@ def train_resumable(spec: VictimSpec, directory: Path, desc: str, hooks: Trainin
     Returns the SB3 model, the steps trained and the training seconds (summed over resumed sessions).
     """
     directory.mkdir(parents=True, exist_ok=True)
-    model = _make_model(spec, workers)
+    try:
+        model = _make_model(spec, workers)
+    except KeyboardInterrupt:
+        raise TrainingInterrupted("interrupted while the environments started: no training step was taken and "
+                                  "any saved progress is unchanged; run the same command again.") from None
     try:
         # torch's thread count as the command set it (--threads N; a training command's default: all cores)
         return _train_model(model, spec, directory, desc, hooks, progress,

@@ -148,6 +148,7 @@ class WorkerVecEnv(VecEnv):
         ctx = mp.get_context(start_method)
         self.blocks = _blocks(n_envs, workers)
         self.waiting, self.closed = False, False
+        self._pending: set[int] = set()  # workers whose answer is owed (a Ctrl-C can land between two reads)
         self.remotes, self.processes = [], []
         # one torch/OpenMP thread in every worker from its first import on (the learner keeps its own setting)
         previous = os.environ.get("OMP_NUM_THREADS")
@@ -177,7 +178,9 @@ class WorkerVecEnv(VecEnv):
 
     def _recv(self, worker: int) -> Any:
         try:
-            return self.remotes[worker].recv()
+            answer = self.remotes[worker].recv()
+            self._pending.discard(worker)
+            return answer
         except (EOFError, ConnectionResetError, BrokenPipeError) as exc:
             code = self.processes[worker].exitcode
             self.closed = True  # nothing more can be said to the others in this rollout
@@ -193,6 +196,7 @@ class WorkerVecEnv(VecEnv):
     def _send(self, worker: int, message: tuple[str, Any]) -> None:
         try:
             self.remotes[worker].send(message)
+            self._pending.add(worker)
         except (BrokenPipeError, ConnectionResetError, EOFError):
             self._recv(worker)  # raises TrainingWorkerDied with the worker's exit code
 
@@ -224,7 +228,7 @@ class WorkerVecEnv(VecEnv):
         self.closed = True
         for w, remote in enumerate(self.remotes):
             try:
-                if self.waiting:
+                if w in self._pending:
                     remote.recv()
                 remote.send(("close", None))
             except (EOFError, BrokenPipeError, ConnectionResetError):
