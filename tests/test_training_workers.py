@@ -55,6 +55,7 @@ def test_default_workers_follow_the_variable_and_never_exceed_the_envs(monkeypat
         default_workers(4)
     monkeypatch.delenv("GRADLEAK_BENCH_TRAIN_WORKERS")
     assert 1 <= default_workers(4) <= min(4, os.cpu_count() or 1)
+    assert default_workers(1) == 0  # DQN, SAC: one env, stepped in the learner's process
 
 
 def test_a_worker_that_dies_ends_the_run_with_one_message():

@@ -50,7 +50,7 @@ sets it to 0 so that its many tiny trainings start no processes (tests/test_trai
 
 def default_workers(n_envs: int) -> int:
     """``$GRADLEAK_BENCH_TRAIN_WORKERS`` when set, else one worker per available core, never more than there
-    are environments."""
+    are environments (none for a single environment: it steps in the learner's process)."""
     raw = os.environ.get(WORKERS_VARIABLE, "").strip()
     if raw:
         try:
@@ -61,6 +61,8 @@ def default_workers(n_envs: int) -> int:
         if wanted < 0:
             raise GradleakError(f"{WORKERS_VARIABLE} must be 0 (in process) or more, got {wanted}")
         return min(n_envs, wanted)
+    if n_envs == 1:
+        return 0  # one environment: a worker process would only add a hop (DQN, SAC)
     return max(1, min(n_envs, available_cores()))
 
 
