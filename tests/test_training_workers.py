@@ -138,3 +138,16 @@ def test_unknown_victim_and_a_budget_below_one_step_get_one_message_each():
         proc = _cli("train-victim", "PointNav", *args)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 2 and message in err and "Traceback" not in err, err
+
+
+def test_training_counts_the_cpu_time_of_the_learner_and_its_workers(tmp_path):
+    """progress.json's cpu_seconds holds the learner's and the workers' CPU time (train-victim's report states
+    CPU-hours from it): with two workers stepping the envs it exceeds the learner's own."""
+    import time
+
+    spec = with_budget(get_victim("PointNav", "ppo_compact"), 512)
+    learner0 = time.process_time()
+    train_resumable(spec, tmp_path, "t", progress=False, workers=2, update_threads=1)
+    learner = time.process_time() - learner0
+    cpu = json.loads((tmp_path / "progress.json").read_text())["cpu_seconds"]
+    assert cpu > 0.5 * learner and cpu > 0

@@ -134,10 +134,21 @@ class _ProgressSaver(BaseCallback):
     the update counters and the hooks' state every CHUNK_STEPS steps (the JSON that declares the progress is
     written last, atomically)."""
 
-    def __init__(self, directory: Path, bar: Any, seconds: float, hooks: TrainingHooks | None):
+    def __init__(self, directory: Path, bar: Any, seconds: float, hooks: TrainingHooks | None,
+                 cpu_seconds: float | None = None):
         super().__init__()
         self.directory, self.bar, self.hooks = directory, bar, hooks
         self.seconds, self._start, self._saved_at = seconds, time.perf_counter(), -1
+        # CPU seconds of the learner (all its threads) and of its environment workers, summed over sessions;
+        # None for progress saved before they were counted (then only wall seconds are known)
+        self.cpu_seconds, self._cpu_start = cpu_seconds, None
+
+    def _cpu_now(self) -> float:
+        workers = getattr(self.model.env, "cpu_seconds", None)
+        return time.process_time() + (workers() if workers is not None else 0.0)
+
+    def _on_training_start(self) -> None:
+        self._cpu_start = self._cpu_now()
 
     def _on_step(self) -> bool:
         self.bar.update(self.num_timesteps - self.bar.n)
@@ -149,6 +160,10 @@ class _ProgressSaver(BaseCallback):
         now = time.perf_counter()
         self.seconds += now - self._start
         self._start, self._saved_at = now, self.model.num_timesteps
+        if self.cpu_seconds is not None and self._cpu_start is not None:
+            cpu = self._cpu_now()
+            self.cpu_seconds += cpu - self._cpu_start
+            self._cpu_start = cpu
         weights = self.directory / "progress.safetensors"
         tmp = weights.with_name(f".{weights.name}.tmp")
         safetensors.torch.save_model(self.model.policy, str(tmp))
@@ -159,7 +174,7 @@ class _ProgressSaver(BaseCallback):
             _save_replay(self.model, self.directory / "replay.safetensors")
         state = {"timesteps": int(self.model.num_timesteps), "seconds": self.seconds,
                  # which weights this count belongs to: a resume refuses weights from another save
-                 "weights_sha256": _file_sha256(weights),
+                 "weights_sha256": _file_sha256(weights), "cpu_seconds": self.cpu_seconds,
                  # the counters SB3 schedules target-network updates by
                  "counters": {k: int(getattr(self.model, k)) for k in ("_n_updates", "_n_calls")
                               if hasattr(self.model, k)}}
@@ -370,19 +385,20 @@ def _train_model(model: Any, spec: VictimSpec, directory: Path, desc: str, hooks
     callbacks += hooks.attach(model) if hooks is not None else []
     if curve:
         callbacks.append(_LearningCurve(spec, directory))
-    done, seconds = 0, 0.0
+    done, seconds, cpu_seconds = 0, 0.0, 0.0
     if (directory / "progress.json").is_file():
         state = _load_progress(model, directory)
         for key, value in state.get("counters", {}).items():
             setattr(model, key, int(value))
         done, seconds = int(state["timesteps"]), float(state["seconds"])
+        cpu_seconds = state.get("cpu_seconds")  # None: saved before CPU time was counted
         if hooks is not None and "hooks" in state:
             hooks.load_state(state["hooks"])
         model.num_timesteps = done  # SB3 counts on from here; a fresh model would count from 0
     total = spec.train.total_timesteps
     with tqdm(total=total, initial=done, desc=desc, unit="step", disable=not progress) as bar:
         if done < total:
-            saver = _ProgressSaver(directory, bar, seconds, hooks)
+            saver = _ProgressSaver(directory, bar, seconds, hooks, cpu_seconds)
             # One learn() call over the whole remaining budget, so SB3's schedules (DQN's exploration) run over
             # the full budget; the callback saves progress every CHUNK_STEPS steps.
             try:
@@ -480,8 +496,11 @@ def train_spec(spec: VictimSpec, eval_episodes: int = 24, progress: bool = True,
     atomic_write_bytes(directory / SPEC_FILE, json.dumps(spec.to_dict(), indent=1).encode())
     model, done, seconds = train_resumable(spec, directory, desc or f"train {spec.key}", progress=progress,
                                            workers=workers, curve=True)
+    cpu = json.loads((directory / "progress.json").read_text()).get("cpu_seconds")
     report = {
         "victim": spec.key, "config_hash": spec.config_hash(), "timesteps": done, "train_seconds": round(seconds, 1),
+        # the learner's and its workers' CPU time (None: some of it was trained before CPU time was counted)
+        "train_cpu_seconds": None if cpu is None else round(cpu, 1),
         "val": success_rate(spec, model.policy, eval_episodes),
         "val_random": success_rate(spec, None, eval_episodes),
     }

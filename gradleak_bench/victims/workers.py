@@ -20,6 +20,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -90,6 +91,8 @@ def _worker(remote: Any, parent_remote: Any, env_fns: CloudpickleWrapper) -> Non
         elif cmd == "reset":
             envs._seeds, envs._options = list(data[0]), list(data[1])
             remote.send(envs.reset())
+        elif cmd == "cpu":  # this worker's CPU seconds so far (the learner reports training's CPU-hours)
+            remote.send(time.process_time())
         elif cmd == "spaces":
             remote.send((envs.observation_space, envs.action_space, envs.metadata, envs.render_mode))
         elif cmd == "call":  # (kind, local indices, args)
@@ -257,6 +260,14 @@ class WorkerVecEnv(VecEnv):
             for i, value in zip(local, answer if isinstance(answer, list) else [answer] * len(local)):
                 by_index[self.blocks[w].start + i] = value
         return [by_index[i] for i in wanted]
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds the workers have used so far (between calls only: an answer owed to a step comes first)."""
+        total = 0.0
+        for w in range(self.workers):
+            self._send(w, ("cpu", None))
+            total += float(self._recv(w))
+        return total
 
     def get_images(self) -> Sequence[np.ndarray | None]:
         return self._call("render", None, None)
