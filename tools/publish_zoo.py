@@ -55,9 +55,28 @@ def publish_checkpoints(tasks: tuple[str, ...] = (), victims: tuple[str, ...] = 
         elif (source / "trained.safetensors").is_file():
             for suffix in ("safetensors", "json"):
                 shutil.copyfile(source / f"trained.{suffix}", target / f"trained.{suffix}")
+            publish_curve(spec, source, target)
+            stale = target / "not_learned"
+            if stale.is_dir():  # an earlier recipe's checkpoint that did not learn: replaced, not kept beside
+                shutil.rmtree(stale)
             print(f"published {spec.key} init + trained")
         else:
             print(f"published {spec.key} init (no trained checkpoint in {source})")
+
+
+def publish_curve(spec, source: Path, target: Path) -> None:
+    """The training run's learning curve beside the trained checkpoint (docs/make_training_curves.py draws it),
+    with the random policy's success on the same episodes (measured here for a run that did not record it)."""
+    from gradleak_bench.victims.training import curve_random_row
+
+    curve = source / "curve.json"
+    if not curve.is_file():
+        return
+    data = json.loads(curve.read_text())
+    if not data.get("random"):
+        data["random"] = curve_random_row(spec, int(data["episodes"]))
+    data["victim"] = spec.key
+    (target / "curve.json").write_text(json.dumps(data, indent=1))
 
 
 def rehash_init(spec, target: Path) -> bool:
