@@ -289,12 +289,20 @@ def who(run: dict, task: str | None = None) -> str:
     where the checkpoint is a ``trained`` one that is no longer published because it did not learn
     (:data:`gradleak_bench.victims.zoo.NOT_LEARNED`): its committed runs were measured on the withdrawn
     weights, which a reader must not take for a deployed policy's."""
+    from gradleak_bench.splits import official_identity
     from gradleak_bench.victims.zoo import NOT_LEARNED
 
     key = f"{task or run['task']}/{run['victim']}"
     withdrawn = run["checkpoint"] == "trained" and key in NOT_LEARNED
     shown = f"{run['victim']}/{run['checkpoint']}" if task else f"{key}/{run['checkpoint']}"
-    return shown + (" (withdrawn: did not learn)" if withdrawn else "")
+    if withdrawn:
+        return shown + " (withdrawn: did not learn)"
+    # a run on an official split whose identity has since changed (the victim was retrained, issue 37) was
+    # measured on weights that are no longer the published checkpoint's
+    current = official_identity(run["dataset"]) if run.get("dataset_official") and run.get("dataset") else None
+    if run["checkpoint"] == "trained" and run.get("dataset_official") and current != run.get("dataset_identity"):
+        return shown + " (earlier weights, since retrained)"
+    return shown
 
 
 def run_label(run: dict) -> str:
