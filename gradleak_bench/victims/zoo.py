@@ -221,9 +221,13 @@ NOT_LEARNED: dict[str, str] = {
                        "8.3% [4.6%, 14.7%], return -1.60 [-1.75, -1.43] against -1.83 [-1.93, -1.72]: the intervals "
                        "overlap (a two-sample test would call it learned: Fisher one-sided p 0.018); a retraining "
                        "(75 min) did not fit issue 31's budget",
-    "ActivePerception/reinforce": "on the 120 validation episodes 20.8% success [14.5%, 28.9%] (its init: 20.0%) "
-                                  "against a random policy's 14.2% [9.0%, 21.5%], return 2.71 [1.79, 3.69] against "
-                                  "1.63 [0.82, 2.50]: 30k REINFORCE steps (22 min) did not move it off its init",
+    "ActivePerception/reinforce": "issue 37's recipe (200k steps, four 100-step episodes per update, lr 5e-4; 18 min "
+                                  "of wall time beside another training): on the 120 validation episodes 24.2% "
+                                  "success [17.4%, 32.6%] (its init: 20.0%) against a random policy's 14.2% [9.0%, "
+                                  "21.5%], return 3.03 [2.21, 3.92] against 1.63 [0.82, 2.50]: the intervals overlap; "
+                                  "its learning curve (curve.json) falls from 34% to 9% on 32 val episodes: REINFORCE "
+                                  "without a baseline on positive returns did not learn here (30k steps of the first "
+                                  "recipe had not moved it off its init either)",
     "PointNavContinuous/ppo_gaussian": "retrained with ppo_compact's recipe (lr 5e-4, 300k steps, 17 CPU-min): on "
                                        "the 120 validation episodes 23.3% success [16.7%, 31.7%] against a random "
                                        "policy's 11.7% [7.1%, 18.6%], return -1.45 [-1.63, -1.26] against -1.75 "
