@@ -157,6 +157,26 @@ def rgb_ssim_y(recon: np.ndarray, truth: np.ndarray) -> np.ndarray:
     return _per_frame("rgb_ssim_y", lambda a, b: ssim(a, b, _Y_RANGE), recon, truth, _luma)
 
 
+LPIPS_MAX = 16.1
+"""LPIPS's upper bound with the shipped weights, a failed frame's score: per layer, unit-normalised features differ
+by at most 4 in squared norm, weighted by at most the layer's largest linear weight (sum over the five layers:
+16.09; tests/test_lpips.py checks it against the file)."""
+
+
+def rgb_lpips(recon: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """Per-frame LPIPS (v0.1, AlexNet; :mod:`gradleak_bench.metrics.lpips`) of RGB on the 0..255 scale; lower is
+    more similar, 0 for identical frames. A frame whose reconstruction is not finite scores NaN."""
+    from gradleak_bench.metrics.lpips import lpips_distance
+
+    recon, truth = np.asarray(recon), np.asarray(truth)
+    require_same_shape("rgb_lpips", recon, truth)
+    out = np.full(len(truth), np.nan)
+    ok = np.isfinite(recon.reshape(len(recon), -1)).all(axis=1)
+    if ok.any():
+        out[ok] = lpips_distance(recon[ok], truth[ok])
+    return out
+
+
 def depth_psnr(recon: np.ndarray, truth: np.ndarray) -> np.ndarray:
     """Per-frame PSNR (dB) of metric depth with data range :data:`DEPTH_RANGE_M`, capped at 100 dB.
 
@@ -192,6 +212,10 @@ for _spec in (
     MetricSpec("rgb_ssim_y", "rgb", rgb_ssim_y, True, "",
                f"SSIM (7x7 uniform) on BT.601 Y in [16,235], data range 255 (the QGI/RGI paper's channel; "
                f"rgb_ssim_y@qgi scales as the paper does); {_RGB_NOTE}.", True),
+    MetricSpec("rgb_lpips", "rgb", rgb_lpips, False, "",
+               f"LPIPS v0.1 (AlexNet, Zhang et al. 2018; TRACE reports it), weights shipped with the package "
+               f"(docs/priors.md); lower is more similar, 0 for identical frames; {_RGB_NOTE}. Scored when asked "
+               f"for (-M rgb_lpips).", True, default=False, worst=None),
     MetricSpec("depth_psnr", "depth", depth_psnr, True, "dB",
                f"PSNR of depth in metres; {_DEPTH_NOTE}; {_CAP_NOTE}.", True),
     MetricSpec("depth_ssim", "depth", depth_ssim, True, "",
