@@ -242,7 +242,7 @@ def evaluate(
     split: str = typer.Option("test", help="test (held-out layouts), val or train; append -full (test-full) for "
                                             "full-length episodes instead of 8 steps (trajectory attacks)"),
     episodes: Optional[int] = typer.Option(None, help="score only the first N episodes (one per layout in turn)"),
-    fresh: int = typer.Option(0, "--fresh", min=0, max=10_000, metavar="N",
+    fresh: Optional[int] = typer.Option(None, "--fresh", min=1, max=10_000, metavar="N",
                               help="score N fresh layouts drawn from os.urandom now, their truth generated after "
                                    "the plug-ins start and never written to disk: the honest (official-protocol) "
                                    "number, instead of the public development split anyone can regenerate"),
@@ -252,8 +252,10 @@ def evaluate(
     protocol: Optional[str] = typer.Option(None, help="data protocol of the held-out episodes: first8 or "
                                            "trace-windows (default: the attack's own -- trace-windows for TRACE "
                                            "and its ablations -- else first8; docs/tasks.md)"),
-    out: Optional[Path] = typer.Option(None, help="output folder (results.json, episodes.csv, pictures; default: "
-                                       "runs/latest, or $GRADLEAK_BENCH_RUNS/latest)"),
+    out: Optional[Path] = typer.Option(None, help="output folder (results.json, episodes.csv, pictures; default: a "
+                                       "new runs/<time>-<attack> folder, linked as runs/latest; runs/ is "
+                                       "$GRADLEAK_BENCH_RUNS when set). An existing run folder of the same command "
+                                       "is resumed"),
     wandb: str = typer.Option("offline", help="W&B mode: offline (default, no account needed), online or disabled"),
     attack_param: list[str] = typer.Option([], "--attack-param", "-A", help="attack parameter KEY=VALUE (repeatable)"),
     defense_param: list[str] = typer.Option([], "--defense-param", "-D", help="defense parameter KEY=VALUE (repeatable)"),
@@ -277,6 +279,8 @@ def evaluate(
                                 "the leakage over the best of them (--no-priors: skip the fit; docs/priors.md)"),
     backend: str = typer.Option("pybullet", help=BACKEND_HELP),
     scenes: list[Path] = typer.Option([], "--scenes", help=SCENES_HELP),
+    threads: Optional[int] = typer.Option(None, "--threads", metavar="N", help="torch threads (as the top-level "
+                                          "--threads; default 1 for evaluation)"),
 ) -> None:
     """Score an attack on a task's held-out episodes, behind a defense.
 
@@ -295,16 +299,29 @@ def evaluate(
     Example: gradleak-bench evaluate closed_form --defense topk -D keep=0.1 --fresh 16
     """
     from gradleak_bench import plugins
-    from gradleak_bench.paths import default_run_dir
+    from gradleak_bench.paths import new_run_dir, point_latest
     from gradleak_bench.run.config import EvaluateConfig
     from gradleak_bench.run.evaluation import evaluate as run_evaluate
 
+    if threads is not None:
+        from gradleak_bench.threads import apply_threads
+
+        apply_threads(threads, "evaluate")
     if wandb not in ("offline", "online", "disabled"):
         raise GradleakError(f"--wandb must be offline, online or disabled, not {wandb!r}")
+    if episodes is not None and episodes < 1:
+        raise GradleakError(f"--episodes must be at least 1, got {episodes}")
+    attack_params, defense_params = plugins.parse_params(attack_param), plugins.parse_params(defense_param)
+    precheck_params("attack", attack, attack_params)
+    precheck_params("defense", defense, defense_params)
+    own_folder = out is None  # each run without --out gets a folder of its own: none overwrites another
+    if out is not None:
+        check_out_folder(out)
+    out = out or new_run_dir(Path(attack.split(":")[-1]).stem)
     config = EvaluateConfig(
         attack=attack, task=task, victim=victim, checkpoint=checkpoint, defense=defense, split=split,
-        episodes=episodes, seed=seed, dataset_seed=dataset_seed, protocol=protocol, attack_params=plugins.parse_params(attack_param),
-        defense_params=plugins.parse_params(defense_param), out=str(out or default_run_dir("latest")), wandb=wandb,
+        episodes=episodes, seed=seed, dataset_seed=dataset_seed, protocol=protocol, attack_params=attack_params,
+        defense_params=defense_params, out=str(out), wandb=wandb,
         control=control,
         metrics=list(metric) or None, executor=executor, ray_address=ray_address, shard_size=shard_size,
         gradients=str(gradients) if gradients else None, sealed=sealed, limits=_limits(limit), priors=priors,
@@ -315,8 +332,21 @@ def evaluate(
 
     layouts = fresh_layouts(fresh, config)
     plan = resolve(config)  # every name, before any plug-in process, executor or dataset starts
-    with get_executor(executor, ray_address) as ex:  # a missing extra or a bad address fails before any work
-        result = run_evaluate(plan, resume=resume, executor=ex, fresh_layouts=layouts)
+    check_episode_count(plan, episodes, fresh)
+    _say(_wrapped(f"run folder: {out}", console.width))
+    try:
+        with get_executor(executor, ray_address) as ex:  # a missing extra or a bad address fails before any work
+            result = run_evaluate(plan, resume=resume, executor=ex, fresh_layouts=layouts)
+    except KeyboardInterrupt:
+        _say_interrupted(Path(out), layouts is not None, own_folder)
+        point_latest(Path(out)) if own_folder and Path(out).is_dir() else None
+        raise typer.Exit(130) from None
+    except BaseException:
+        if own_folder:
+            _drop_if_empty(Path(out))  # a run that failed before scoring anything leaves no folder behind
+        raise
+    if own_folder:
+        point_latest(Path(out))
     _state["durable"] = True  # every file is written and closed, the plug-in processes and the executor ended
     print_summary(result.summary)
     if layouts is not None:
@@ -334,7 +364,101 @@ def evaluate(
         raise typer.Exit(3)
 
 
-def fresh_layouts(n: int, config) -> object | None:
+def precheck_params(kind: str, reference: str, params: dict) -> None:
+    """A built-in plug-in's parameters (names and types, from its constructor's signature) checked in this
+    process before anything starts: the package's own code, so importing it is safe. A plug-in from a file or
+    another package is checked inside its sealed process, as before (importing it here would run its code)."""
+    from gradleak_bench import plugins, registry
+
+    if not params or ":" in reference or reference not in registry.builtin(kind):
+        return
+    if problem := plugins.parameter_problem(kind, reference, registry.resolve(kind, reference), params):
+        raise GradleakError(problem)
+
+
+def _drop_if_empty(out: Path) -> None:
+    import shutil
+
+    from gradleak_bench.run.store import scored_so_far
+
+    done = scored_so_far(out)
+    if out.is_dir() and (done is None or done[0] == 0):
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def refuse_run_output(path: Path) -> None:
+    """``verify`` is given an entry; a run folder or its results.json gets told to make the entry first."""
+    folder = path if path.is_dir() else path.parent if path.name == "results.json" else None
+    if folder is None and path.is_file():
+        try:
+            folder = path.parent if "attack_name" in json.loads(path.read_text(encoding="utf-8")) else None
+        except (OSError, ValueError, TypeError, AttributeError):
+            folder = None
+    if folder is not None:
+        raise GradleakError(f"{path} is an evaluate run's output, not a leaderboard entry: make the entry first with "
+                            f"`gradleak-bench submit {folder} --name NAME --authors \"YOU\"`, then verify the "
+                            "entry file it writes under leaderboard/entries/")
+
+
+def check_out_folder(out: Path) -> None:
+    """An unusable ``--out`` is refused before anything starts, saying what is wrong with it (nothing ran, so
+    there is nothing to resume)."""
+    import os
+
+    if out.exists() and not out.is_dir():
+        raise GradleakError(f"--out {out} is an existing file, not a folder: pass a folder (new or a run folder "
+                            "of the same command to resume it)")
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise GradleakError(f"--out {out}: {probe} is not a folder, so the run folder cannot be made there")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise GradleakError(f"--out {out}: {probe} is not writable by this user; pass a folder you can write")
+    if str(out.resolve()).startswith(("/proc/", "/sys/", "/dev/")):
+        raise GradleakError(f"--out {out} is inside a kernel file system (/proc, /sys, /dev); pass an ordinary folder")
+
+
+def check_episode_count(plan, episodes: int | None, fresh: int | None) -> None:
+    """``--episodes`` above the split's size is refused, naming the option and the size (it would silently score
+    every episode). Checked from the split's layouts, before any episode is generated."""
+    if episodes is None or fresh:
+        return
+    from gradleak_bench.dataset import layout_ids
+
+    try:
+        total = len(layout_ids(plan.split)) * plan.split.episodes_per_layout
+    except GradleakError:
+        return  # a backend's scenes are checked by the run itself
+    if episodes > total:
+        raise GradleakError(f"--episodes {episodes} is more than the {total} episodes of split {plan.split.split!r} "
+                            f"({total // plan.split.episodes_per_layout} layouts x {plan.split.episodes_per_layout}); "
+                            f"pass --episodes {total} or fewer, or leave it out to score them all")
+
+
+def _say_interrupted(out: Path, fresh: bool, own_folder: bool) -> None:
+    """What Ctrl-C kept, and the exact command that resumes it."""
+    import shlex
+
+    from gradleak_bench.run.store import scored_so_far
+
+    if fresh:
+        err_console.print("interrupted: a --fresh run keeps nothing. Its layouts were drawn from a secret seed "
+                          "for this run and their truth never touches the disk, so a rerun draws new layouts "
+                          "and starts over.", markup=False, highlight=False, soft_wrap=True)
+        return
+    done = scored_so_far(out)
+    args = sys.argv[1:]
+    if own_folder:
+        args = [*args, "--out", str(out)]
+    command = "gradleak-bench " + shlex.join(args)
+    kept = (f"{done[0]}/{done[1]} episodes scored so far are kept in {out}" if done else
+            f"nothing was scored yet (run folder {out})")
+    err_console.print(f"interrupted: {kept}. Resume with:\n  {command}", markup=False, highlight=False,
+                      soft_wrap=True)
+
+
+def fresh_layouts(n: int | None, config) -> object | None:
     """``--fresh N``: N layouts from a seed drawn now from os.urandom (None for N = 0); refuses what cannot
     go with it, naming the option."""
     if not n:
@@ -364,6 +488,27 @@ def _number(value: object, signed: bool = False) -> str:
 
 
 _KEEP = "\u00a0"  # a space :func:`_wrapped` never breaks at (a CI stays on one line)
+
+
+def leak_verdict(leak: dict, higher_is_better: bool, reference: str) -> str:
+    """The headline leakage in words, by the metric's direction: ``leaks: 0.73 better than the strongest
+    reference (swap control), 95% CI [0.69, 0.77]`` when the whole CI is on the better side, else ``no leakage
+    shown`` (the CI reaches 0) or ``below the strongest reference`` (the whole CI on the worse side)."""
+    import math
+
+    sign = 1.0 if higher_is_better else -1.0
+    values = [leak.get(k) for k in ("mean", "ci_low", "ci_high")]
+    if any(not isinstance(v, (int, float)) or not math.isfinite(v) for v in values):
+        return "no leakage shown (the leakage is undefined)"
+    mean, a, b = (sign * float(v) for v in values)
+    low, high = min(a, b), max(a, b)
+    name = "swap control" if reference == "swap_control" else reference.removeprefix("prior:")
+    ci = f"95% CI [{_number(low)}, {_number(high)}]"
+    if low > 0:
+        return f"leaks: {_number(mean)} better than the strongest reference ({name}), {ci}"
+    if high < 0:
+        return f"below the strongest reference ({name}) by {_number(-mean)}, {ci}: no leakage shown"
+    return f"no leakage shown: {_number(mean, True)} against the strongest reference ({name}), {ci} includes 0"
 
 
 def _interval(m: dict, signed: bool = False) -> str:
@@ -438,7 +583,7 @@ def summary_lines(summary: dict, width: int = 80) -> list[str]:
     for name, m in summary.get("metrics", {}).items():
         direction = "higher" if m.get("higher_is_better", True) else "lower"
         out.append("")
-        out += _wrapped(f"{name}  {_interval(m)}  ({direction} is better)", width)
+        out += _wrapped(f"{name}  {_interval(m)}  (mean [95% CI]; {direction} is better)", width)
         best = m.get("best_prior")
         if best:
             any_prior = True
@@ -458,14 +603,18 @@ def summary_lines(summary: dict, width: int = 80) -> list[str]:
             which = "the swap control" if reference == "swap_control" else "the best prior"
             out += _wrapped(f"headline       {_interval(leak, signed=True)} over {which} (the stronger)", width,
                             "  ", "      ")
+            out += _wrapped(f"verdict        {leak_verdict(leak, m.get('higher_is_better', True), reference)}",
+                            width, "  ", "      ")
         if m.get("failed_frames"):
             out += _wrapped(f"failed frames  {m['failed_frames']} (each scored the metric's worst value)", width,
                             "  ", "      ")
     if any_prior:
         out.append("")
-        out += _wrapped("leakage = metric - reference, paired per episode; the headline is the leakage over "
-                        "the stronger of the best gradient-free prior (fitted on train layouts; docs/priors.md) "
-                        "and the swap control (the attack's output for another episode).", width, hang="")
+        out += _wrapped("leakage = metric - reference, paired per episode, with its 95% CI (bootstrap over "
+                        "episodes); the headline is the leakage over the stronger of the best gradient-free prior "
+                        "(fitted on train layouts; docs/priors.md) and the swap control (the attack's output for "
+                        "another episode). A lower-is-better metric leaks when its leakage is negative: the "
+                        "verdict line says it in words.", width, hang="")
     for note in summary.get("notes", []):
         out += _wrapped(f"note: {note}", width)
     return out
@@ -513,6 +662,8 @@ def train_victim(
     workers: Optional[int] = typer.Option(
         None, min=0, help="environment worker processes (default: one per CPU core, at most one per environment; "
                           "0: in this process); the trained weights do not depend on it"),
+    threads: Optional[int] = typer.Option(None, "--threads", metavar="N", help="torch threads of the policy update "
+                                          "(as the top-level --threads; default: all cores)"),
 ) -> None:
     """Train a victim's `trained` checkpoint on the train layouts and report its success rate on val beside a
     random policy's.
@@ -526,6 +677,10 @@ def train_victim(
     """
     from gradleak_bench.victims.training import TrainingInterrupted, train
 
+    if threads is not None:
+        from gradleak_bench.threads import apply_threads
+
+        apply_threads(threads, "train-victim")
     try:
         report = train(task, victim, budget=budget, eval_episodes=eval_episodes, workers=workers)
     except TrainingInterrupted as exc:
@@ -729,6 +884,7 @@ def verify(
     from gradleak_bench.leaderboard import record as records
     from gradleak_bench.leaderboard.verify import make_record, verify_file
 
+    refuse_run_output(entry)
     if backend != "pybullet":
         from gradleak_bench.envs.backend import backend_class
 
@@ -827,10 +983,13 @@ def _plain_warnings() -> None:
     line, which read like a crash. Code that catches warnings (``pytest.warns``) still gets them."""
     import warnings
 
+    from gradleak_bench.errors import Notice
+
     def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
         kind = "" if issubclass(category, UserWarning) else f" ({category.__name__})"
+        text = " ".join(str(message).split())
         try:
-            (file or sys.stderr).write(f"warning{kind}: {' '.join(str(message).split())}\n")
+            (file or sys.stderr).write(f"{text}\n" if issubclass(category, Notice) else f"warning{kind}: {text}\n")
         except (OSError, ValueError):  # stderr closed: nothing to tell
             pass
 

@@ -138,3 +138,8 @@ class PluginLimitExceeded(GradleakError):
     def __init__(self, message: str, limit: str, op: str):
         self.limit, self.op = limit, op
         super().__init__(message)
+
+
+class Notice(UserWarning):
+    """Something a user should know that is not a problem (a run resuming where it stopped); the CLI prints it as
+    a plain line, without the ``warning:`` prefix."""

@@ -21,6 +21,36 @@ def default_run_dir(name: str) -> str:
     return os.path.join(os.environ.get("GRADLEAK_BENCH_RUNS") or "runs", name)
 
 
+def new_run_dir(label: str) -> Path:
+    """A fresh output folder for a run given no ``--out``: ``runs/<UTC time>-<label>`` (``-2``, ``-3``... when two
+    runs start in the same second), so no run overwrites another. Not created here: the run creates it."""
+    import re
+    import time
+
+    root = Path(default_run_dir(""))
+    stem = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + (re.sub(r"[^A-Za-z0-9_.-]+", "_", label)[:40] or "run")
+    candidate, n = root / stem, 1
+    while candidate.exists() or candidate.is_symlink():
+        n += 1
+        candidate = root / f"{stem}-{n}"
+    return candidate
+
+
+def point_latest(run_dir: Path) -> Path | None:
+    """Make ``runs/latest`` a link to ``run_dir`` (relative, replaced atomically); returns the link, or None when
+    ``runs/latest`` is a real folder (a run of an older version, left as it is)."""
+    run_dir = Path(run_dir)
+    link = run_dir.parent / "latest"
+    if link.exists() and not link.is_symlink():
+        return None
+    tmp = run_dir.parent / f".latest-{os.getpid()}"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    tmp.symlink_to(run_dir.name)
+    os.replace(tmp, link)
+    return link
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write via a temp file and rename so a killed process never leaves a half-written file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)

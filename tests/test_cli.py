@@ -120,10 +120,12 @@ def test_the_headline_names_every_metric_and_prior_in_full_at_any_width(width):
     for name in ("action_accuracy", "action_hist_tv", "rgb_psnr@gauss11", "room_sequence_accuracy_aligned",
                  "majority_action_per_step", "mean_frame_from_train_layouts", "majority_action 0.0104 [0, 0.0313]"):
         assert name in text, name
-    for line in ("action_accuracy  0.7969 [0.7531, 0.8375]  (higher is better)",
+    for line in ("action_accuracy  0.7969 [0.7531, 0.8375]  (mean [95% CI]; higher is better)",
                  "  best prior     majority_action_per_step 0.0104 [0, 0.0313], leakage +0.7865 [0.7406, 0.8281]",
                  "  swap control   0.2656 [0.2266, 0.3099], leakage +0.5313 [0.4688, 0.5938]",
-                 "  headline       +0.7865 [0.7406, 0.8281] over the best prior (the stronger)"):
+                 "  headline       +0.7865 [0.7406, 0.8281] over the best prior (the stronger)",
+                 "  verdict        leaks: 0.7865 better than the strongest reference (majority_action_per_step), "
+                 "95% CI [0.7406, 0.8281]"):
         assert line in text.replace("\n      ", " ").splitlines(), line  # a long line wraps at spaces only
     assert "48/48 episodes scored, 1234.50 ms/frame, sealed" in text
 
@@ -270,3 +272,17 @@ def test_generate_facts_never_cut_a_path_or_a_sha256():
     assert lines[1:3] == ["  identity", "    " + "d" * 64]
     assert lines[3:5] == ["  content sha256", "    " + "0" * 64 + " (this"]
     assert lines[6].startswith("  layouts         0, 1, 2,")
+
+
+def test_the_verdict_reads_the_same_for_both_directions():
+    """A lower-is-better metric whose leakage is negative leaks, in the same words as a higher-is-better one
+    whose leakage is positive (issue 39: two headlines of opposite sign read as opposite results)."""
+    from gradleak_bench.cli import leak_verdict
+
+    up = leak_verdict({"mean": 0.73, "ci_low": 0.69, "ci_high": 0.77}, True, "swap_control")
+    down = leak_verdict({"mean": -0.73, "ci_low": -0.77, "ci_high": -0.69}, False, "swap_control")
+    assert up == down == "leaks: 0.73 better than the strongest reference (swap control), 95% CI [0.69, 0.77]"
+    assert leak_verdict({"mean": 0.1, "ci_low": -0.2, "ci_high": 0.3}, True, "prior:mean_frame").startswith(
+        "no leakage shown: +0.1 against the strongest reference (mean_frame), 95% CI [-0.2, 0.3] includes 0")
+    assert "below the strongest reference" in leak_verdict({"mean": -1.4, "ci_low": -2, "ci_high": -1}, True, "x")
+

@@ -19,7 +19,7 @@ import numpy as np
 # Nothing imported here loads torch, SB3 or h5py: a run starts its sealed plug-in processes first and imports
 # those (about 2 s of CPU) while the plug-ins import theirs (docs/evaluate.md, "Speed").
 from gradleak_bench.dataset_config import DEFAULT_BACKEND
-from gradleak_bench.errors import GradleakError, PluginFailure, PluginLimitExceeded, RunStateError
+from gradleak_bench.errors import GradleakError, Notice, PluginFailure, PluginLimitExceeded, RunStateError
 from gradleak_bench.metrics import select_metrics
 from gradleak_bench.paths import atomic_write_bytes, cache_dir, dumps_strict
 from gradleak_bench.run.config import EvaluateConfig
@@ -196,6 +196,9 @@ class _Run:
             warnings.warn(f"{self.out}: not resuming the earlier run there ({store.discarded}); starting fresh",
                           stacklevel=4)
         todo = [i for i, e in enumerate(self.episode_ids) if not store.finished(e, self.needs_recon)]
+        if store.resumed and len(todo) < len(self.episode_ids):
+            warnings.warn(f"resuming: {len(self.episode_ids) - len(todo)}/{len(self.episode_ids)} episodes already "
+                          f"scored in {self.out}", Notice, stacklevel=2)
         self.fit_seconds = store.get("fit_seconds", 0.0)
         attack = self.context.attack
         try:

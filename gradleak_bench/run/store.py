@@ -248,3 +248,27 @@ def _lock(out: Path) -> Any:
         raise RunStateError(f"another gradleak-bench process is writing to {out}; wait for it to finish, or pass "
                             "another --out") from exc
     return handle
+
+
+def scored_so_far(out: Path) -> tuple[int, int] | None:
+    """(episodes finished, episodes of the run) recorded in the run folder ``out``, read without taking its lock
+    (for a message after Ctrl-C); None when ``out`` holds no run state."""
+    state_dir = Path(out) / STATE_DIR
+    try:
+        state = json.loads((state_dir / "state.json").read_text())
+        total = len(state["meta"]["episode_ids"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    done = set()
+    try:
+        for line in (state_dir / "rows.jsonl").read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:  # a line torn by the interrupt: that episode is redone
+                continue
+            if isinstance(record, dict) and record.get("status") in ("ok", "failed"):
+                done.add(record.get("episode_id"))
+    except OSError:
+        pass
+    return len(done), total
+

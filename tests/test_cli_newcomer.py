@@ -1,0 +1,139 @@
+"""Issue 39, run as a newcomer runs it: each case of the issue gets the behaviour it asks for (a CLI test each)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str, cwd=None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gradleak_bench.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout)
+
+
+def _runs() -> Path:
+    return Path(os.environ["GRADLEAK_BENCH_RUNS"])
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--fresh", "0"), "Invalid value for '--fresh'"),
+    (("--episodes", "99999"), "--episodes 99999 is more than the 48 episodes of split 'test'"),
+    (("--out", "/proc/x"), "inside a kernel file system"),
+    (("-D", "nosuch=1"), "defense 'none' has no parameter 'nosuch'"),
+])
+def test_bad_options_are_refused_at_the_edge_naming_the_option_and_leave_no_folder(args, message):
+    before = set(_runs().glob("*")) if _runs().exists() else set()
+    started = time.monotonic()
+    proc = cli("evaluate", "closed_form", *args)
+    assert proc.returncode == 2, proc.stderr
+    assert message in " ".join(proc.stderr.split()), proc.stderr
+    assert "resume" not in proc.stderr and "Traceback" not in proc.stderr
+    assert (set(_runs().glob("*")) if _runs().exists() else set()) == before  # no folder left behind
+    assert time.monotonic() - started < 60  # nothing was generated or started (the time bound is loose: CI load)
+
+
+def test_an_existing_file_as_out_says_what_is_wrong_with_it(tmp_path):
+    target = tmp_path / "results.txt"
+    target.write_text("x")
+    proc = cli("evaluate", "closed_form", "--out", str(target))
+    assert proc.returncode == 2 and "is an existing file, not a folder" in proc.stderr, proc.stderr
+    assert "resume" not in proc.stderr.split("not a folder")[0]
+
+
+def test_verify_on_a_run_folder_or_its_results_says_to_submit_first(tmp_path):
+    (tmp_path / "results.json").write_text(json.dumps({"attack_name": "closed_form"}))
+    for path in (tmp_path, tmp_path / "results.json"):
+        proc = cli("verify", str(path))
+        assert proc.returncode == 2, proc.stderr
+        assert "gradleak-bench submit" in " ".join(proc.stderr.split()), proc.stderr
+
+
+def test_threads_is_accepted_where_users_type_it():
+    proc = cli("evaluate", "closed_form", "--threads", "2", "--episodes", "2", "--no-priors", "--no-control")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_each_run_gets_its_own_folder_and_latest_points_at_the_newest():
+    first = cli("evaluate", "closed_form", "--episodes", "2", "--no-priors")
+    second = cli("evaluate", "closed_form", "--episodes", "3", "--no-priors")
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    folders = [re.search(r"run folder: (\S+)", p.stdout).group(1) for p in (first, second)]
+    assert folders[0] != folders[1] and all(Path(f, "results.json").is_file() for f in folders)
+    latest = _runs() / "latest"
+    assert latest.is_symlink() and latest.resolve() == Path(folders[1]).resolve()
+    assert json.loads((Path(folders[0]) / "results.json").read_text())["n_episodes"] == 2
+
+
+def test_ctrl_c_says_what_was_kept_and_the_exact_command_resumes_it():
+    """SIGINT to the process group mid-scoring: exit 130, the episodes kept, the exact command to resume; that
+    command resumes, saying how many episodes were already scored."""
+    from gradleak_bench.run.store import scored_so_far
+
+    args = ["evaluate", "dlg", "-A", "preset=quick", "--episodes", "12", "--no-priors"]
+    with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "gradleak_bench.cli", *args], stdout=out,
+                                stderr=log, text=True, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.2)
+                out.seek(0)
+                folder = re.search(r"run folder: (\S+)", out.read())
+                done = scored_so_far(Path(folder.group(1))) if folder else None
+                if done and 1 <= done[0] < 12:
+                    break  # some episodes scored, not all
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        log.seek(0)
+        err = log.read()
+    assert proc.returncode == 130, err
+    match = re.search(r"interrupted: (\d+)/12 episodes scored so far are kept in (\S+)\. Resume with:\s+"
+                      r"gradleak-bench (.+)", err)
+    assert match, err
+    kept, folder, command = int(match.group(1)), match.group(2), match.group(3).split()
+    assert command[:len(args)] == args and command[-2:] == ["--out", folder]
+    resumed = cli(*command)
+    assert resumed.returncode == 0, resumed.stderr
+    if kept:
+        assert f"resuming: {kept}/12 episodes already scored" in resumed.stderr, resumed.stderr
+
+
+def test_a_fresh_run_interrupted_says_nothing_is_kept_and_why():
+    with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "gradleak_bench.cli", "evaluate", "dlg", "-A", "preset=quick",
+                                 "--fresh", "4", "--no-priors"], stdout=out, stderr=log, text=True,
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.2)
+                out.seek(0)
+                if "run folder:" in out.read():
+                    time.sleep(2)  # into the run: plug-ins started, layouts being generated or scored
+                    break
+            try:
+                os.killpg(proc.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        log.seek(0)
+        err = log.read()
+    if proc.returncode == 0:
+        pytest.skip("the fresh run finished before the interrupt landed")
+    assert proc.returncode == 130 and "a --fresh run keeps nothing" in " ".join(err.split()), err
