@@ -292,7 +292,8 @@ def evaluate(
     (anyone can regenerate those episodes). --fresh N scores N layouts drawn now instead: the number the
     leaderboard's protocol stands behind.
 
-    Writes OUT/results.json (metrics with 95% bootstrap CIs, the control and the leakage = metric - control),
+    Writes OUT/results.json (metrics with 95% bootstrap CIs, the references -- swap control and gradient-free
+    priors -- and the leakage = metric - the strongest reference, with a verdict in words),
     OUT/episodes.csv (one row per episode), reconstruction pictures when images are reconstructed, and a W&B
     run (offline unless --wandb online).
 
