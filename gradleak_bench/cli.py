@@ -387,6 +387,27 @@ def _drop_if_empty(out: Path) -> None:
         shutil.rmtree(out, ignore_errors=True)
 
 
+def utility_lines(report: dict) -> list[str]:
+    """The defense's cost in words: defended minus undefended, paired on the same val episodes, with its 95% CI,
+    and whether the difference is resolved (else the episode count that would resolve it)."""
+    lines = []
+    for field, label in (("success", "success"), ("return", "return")):
+        d = report.get("paired_difference", {}).get(field)
+        if not d:
+            continue
+        text = (f"cost in val {label} (defended - undefended, paired on the same {d['episodes']} episodes): "
+                f"{d['mean']:+.3f}, 95% CI [{d['ci95'][0]:.3f}, {d['ci95'][1]:.3f}]")
+        if d["resolved"]:
+            text += ": resolved"
+        elif d["episodes_to_resolve"]:
+            text += (f": not resolved (the CI includes 0); about --eval-episodes {d['episodes_to_resolve']} "
+                     "would resolve a difference of this size")
+        else:
+            text += ": no difference on these episodes"
+        lines.append(text)
+    return lines
+
+
 def refuse_run_output(path: Path) -> None:
     """``verify`` is given an entry; a run folder or its results.json gets told to make the entry first."""
     folder = path if path.is_dir() else path.parent if path.name == "results.json" else None
@@ -742,12 +763,16 @@ def train_defense_cmd(
                            budget=budget, seed=seed, eval_episodes=eval_episodes, out=out, start=start)
     table = Table(title=f"{report['task']}/{report['victim']}, {report['budget']} steps from {start}, seed {report['seed']}: "
                         f"defense {report['defense']['name']} {report['defense']['params']}")
-    for col in ("run", "val success", "val return", "steps/s"):
+    for col in ("run", "val success [95% CI]", "val return [95% CI]", "steps/s"):
         table.add_column(col)
     for run in ("undefended", "defended"):
-        r = report[run]
-        table.add_row(run, f"{r['val']['success_rate']:.3f}", f"{r['val']['mean_return']:.3f}", f"{r['steps_per_second']:.0f}")
+        r, v = report[run], report[run]["val"]
+        table.add_row(run, f"{v['success_rate']:.3f} [{v['success_ci95'][0]:.3f}, {v['success_ci95'][1]:.3f}]",
+                      f"{v['mean_return']:.3f} [{v['return_ci95'][0]:.3f}, {v['return_ci95'][1]:.3f}]",
+                      f"{r['steps_per_second']:.0f}")
     console.print(table)
+    for line in utility_lines(report):
+        _say(_wrapped(line, console.width, hang="    "))
     for key in ("dp_epsilon_per_step", "action_epsilon"):
         if key in report:
             console.print(f"{key}: {report[key]:.4g}")

@@ -137,3 +137,19 @@ def test_a_fresh_run_interrupted_says_nothing_is_kept_and_why():
     if proc.returncode == 0:
         pytest.skip("the fresh run finished before the interrupt landed")
     assert proc.returncode == 130 and "a --fresh run keeps nothing" in " ".join(err.split()), err
+
+
+def test_utility_is_reported_with_intervals_and_a_paired_difference():
+    """train-defense's cost: defended minus undefended on the same episodes, with its 95% CI; an unresolved
+    difference says so and how many episodes would resolve it."""
+    from gradleak_bench.cli import utility_lines
+    from gradleak_bench.victims.defended import paired_difference
+
+    noisy = paired_difference([1, 0, 0, 1, 0, 0, 1, 0], [1, 1, 0, 0, 1, 0, 1, 1])
+    assert not noisy["resolved"] and noisy["ci95"][0] < 0 < noisy["ci95"][1]
+    assert noisy["episodes_to_resolve"] > 8
+    clear = paired_difference([0.0] * 20, [1.0] * 20)
+    assert clear["resolved"] and clear["mean"] == -1.0 and clear["episodes_to_resolve"] is None
+    lines = utility_lines({"paired_difference": {"success": noisy, "return": clear}})
+    assert "not resolved (the CI includes 0); about --eval-episodes" in lines[0]
+    assert lines[1].endswith(": resolved") and "paired on the same 20 episodes" in lines[1]

@@ -129,6 +129,10 @@ def test_train_defense_reports_both_runs_resumes_and_caches(tmp_path):
     assert report["defended"]["released_samples"] == report["defended"]["updates"] * 64
     assert report["dp_accounting"]["releases"] == 4  # PPO: once per epoch
     assert report["dp_epsilon_per_step"] > 0
+    # issue 39: both runs with intervals, and their difference paired on the same val episodes
+    assert set(report["paired_difference"]) == {"success", "return"}
+    assert len(report["defended"]["val"]["return_ci95"]) == 2
+    assert report["paired_difference"]["return"]["episodes"] == 1
     on_disk = json.loads((tmp_path / "train_defense.json").read_text())
     assert on_disk["defended"]["val"] == report["defended"]["val"]
     # cached: no retraining (the defended checkpoint is not rewritten)

@@ -461,9 +461,30 @@ def undefended(spec: VictimSpec, eval_episodes: int, progress: bool = True) -> d
     meta_file = directory / "trained.json"
     if meta_file.is_file():
         report = read_meta(meta_file).get("report", {})
-        if report.get("val", {}).get("episodes") == eval_episodes and "train_seconds" in report:
+        val = report.get("val", {})
+        if val.get("episodes") == eval_episodes and "train_seconds" in report and "per_episode" in val:
             return report
     return train_spec(spec, eval_episodes, progress, desc=f"train {spec.key} (undefended)")
+
+
+def paired_difference(defended: list[float], undefended: list[float]) -> dict[str, Any]:
+    """Defended minus undefended on the same val episodes (the same seeds, so the same layouts, starts and goals):
+    the mean difference with its 95% percentile-bootstrap interval over episodes, whether that interval excludes
+    0 (``resolved``), and when it does not, roughly how many episodes would resolve a difference of this size
+    (the interval narrows as 1/sqrt(n)), or None when the mean difference is 0."""
+    import numpy as np
+
+    from gradleak_bench.victims.validation import mean_interval
+
+    diff = np.asarray(defended, dtype=np.float64) - np.asarray(undefended, dtype=np.float64)
+    mean, (low, high) = float(diff.mean()), mean_interval(list(diff))
+    resolved = low > 0 or high < 0
+    needed = None
+    if not resolved and mean != 0.0:
+        half = max(high - low, 1e-12) / 2
+        needed = int(math.ceil(len(diff) * (half / abs(mean)) ** 2))
+    return {"mean": mean, "ci95": [low, high], "episodes": int(len(diff)), "resolved": bool(resolved),
+            "episodes_to_resolve": needed}
 
 
 def train_defense(defense: str, params: dict[str, Any] | None = None, task: str = "PointNav",
@@ -488,7 +509,8 @@ def train_defense(defense: str, params: dict[str, Any] | None = None, task: str 
     directory = cache_dir() / "defended" / f"{spec.task}-{spec.name}-{defense_obj.name}-{key}"
     report_file = directory / "report.json"
     report = json.loads(report_file.read_text()) if report_file.is_file() else None
-    if report is None or report.get("defended", {}).get("val", {}).get("episodes") != eval_episodes:
+    val = (report or {}).get("defended", {}).get("val", {})
+    if report is None or val.get("episodes") != eval_episodes or "per_episode" not in val:
         hooks = DefendedUpdates(defense_obj, seed=spec.train.seed)
         model, done, seconds = train_resumable(spec, directory, f"train {spec.key} + {defense_obj.name}",
                                                hooks=hooks, progress=progress)
@@ -509,6 +531,9 @@ def train_defense(defense: str, params: dict[str, Any] | None = None, task: str 
     report["val_random"] = base.get("val_random")
     for metric in ("success_rate", "mean_return"):
         report[f"delta_{metric}"] = report["defended"]["val"][metric] - base["val"][metric]
+    report["paired_difference"] = {
+        field: paired_difference(report["defended"]["val"]["per_episode"][field],
+                                 base["val"]["per_episode"][field]) for field in ("success", "return")}
     report["slowdown"] = report["undefended"]["steps_per_second"] / report["defended"]["steps_per_second"]
     report["cache_dir"] = str(directory)
     atomic_write_bytes(report_file, json.dumps(report, indent=1, default=float).encode())

@@ -510,8 +510,14 @@ def train_spec(spec: VictimSpec, eval_episodes: int = 24, progress: bool = True,
 
 def success_rate(spec: VictimSpec, policy: Any, episodes: int, seed: int = 12345) -> dict[str, Any]:
     """Success rate and mean return on the val layouts (``policy=None``: uniformly random actions), with the
-    successes counted and the success rate's 95% Wilson interval (:mod:`gradleak_bench.victims.validation`)."""
+    successes counted, the success rate's 95% Wilson interval, the mean return's 95% bootstrap interval
+    (:mod:`gradleak_bench.victims.validation`) and every episode's success and return."""
+    from gradleak_bench.victims.validation import mean_interval
+
     successes, returns = rollouts(spec, policy, episodes, seed)
     k = int(round(sum(successes)))
     return {"success_rate": float(np.mean(successes)), "mean_return": float(np.mean(returns)), "episodes": episodes,
-            "successes": k, "success_ci95": list(wilson(k, episodes))}
+            "successes": k, "success_ci95": list(wilson(k, episodes)), "return_ci95": list(mean_interval(returns)),
+            "seed": seed,
+            # per episode (seeds seed + i), so two policies on the same episodes can be compared pair by pair
+            "per_episode": {"success": [int(x) for x in successes], "return": [round(float(r), 6) for r in returns]}}
