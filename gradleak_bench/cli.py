@@ -512,6 +512,34 @@ def _number(value: object, signed: bool = False) -> str:
 _KEEP = "\u00a0"  # a space :func:`_wrapped` never breaks at (a CI stays on one line)
 
 
+def field_overview(summary: dict, width: int) -> list[str]:
+    """For an attack that reconstructs several fields (QGI: image, depth, box, action, Q-values), one line per
+    field before the per-metric blocks: which of its metrics leak beyond the strongest reference, which do not."""
+    from gradleak_bench.metrics import get_metric
+
+    by_field: dict[str, tuple[list[str], list[str]]] = {}
+    for name, m in summary.get("metrics", {}).items():
+        reference, leak = m.get("strongest_reference"), m.get("reference_leakage")
+        if reference is None or leak is None:
+            continue
+        try:
+            field = get_metric(name).field
+        except GradleakError:
+            field = name.split("_")[0]
+        leaks, quiet = by_field.setdefault(field, ([], []))
+        (leaks if leak_verdict(leak, m.get("higher_is_better", True), reference).startswith("leaks") else
+         quiet).append(name)
+    if len(by_field) < 2:
+        return []
+    out = ["", "which fields leak (each metric against its strongest reference, 95% CI):"]
+    for field, (leaks, quiet) in by_field.items():
+        text = f"{field}: " + ("leaks on " + ", ".join(leaks) if leaks else "no leakage shown")
+        if leaks and quiet:
+            text += "; no leakage shown on " + ", ".join(quiet)
+        out += _wrapped(text, width, "  ", "      ")
+    return out
+
+
 def leak_verdict(leak: dict, higher_is_better: bool, reference: str) -> str:
     """The headline leakage in words, by the metric's direction: ``leaks: 0.73 better than the strongest
     reference (swap control), 95% CI [0.69, 0.77]`` when the whole CI is on the better side, else ``no leakage
@@ -601,6 +629,7 @@ def summary_lines(summary: dict, width: int = 80) -> list[str]:
         text = SPLIT_ROLES.get(str(role), str(role)).format(n=fresh.get("n", "N") if isinstance(fresh, dict) else "N",
                                                             backend=summary.get("backend", "pybullet"))
         out += _wrapped(f"scored on: {text}", width)
+    out += field_overview(summary, width)
     any_prior = False
     for name, m in summary.get("metrics", {}).items():
         direction = "higher" if m.get("higher_is_better", True) else "lower"

@@ -153,3 +153,23 @@ def test_utility_is_reported_with_intervals_and_a_paired_difference():
     lines = utility_lines({"paired_difference": {"success": noisy, "return": clear}})
     assert "not resolved (the CI includes 0); about --eval-episodes" in lines[0]
     assert lines[1].endswith(": resolved") and "paired on the same 20 episodes" in lines[1]
+
+
+def test_a_multi_field_attack_gets_a_one_screen_summary_of_which_fields_leak():
+    from gradleak_bench.cli import summary_lines
+
+    def metric(mean, low, high, higher=True):
+        leak = {"mean": mean, "ci_low": low, "ci_high": high}
+        return {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6, "higher_is_better": higher,
+                "strongest_reference": "swap_control", "reference_leakage": leak}
+
+    summary = {"attack": "qgi", "task": "ActivePerception", "checkpoint_id": "x", "defense": "none",
+               "split": "test", "n_episodes": 4, "metrics": {
+                   "rgb_psnr": metric(2.0, 1.0, 3.0), "rgb_ssim": metric(0.0, -0.1, 0.1),
+                   "depth_psnr": metric(-1.0, -2.0, -0.5), "action_accuracy": metric(0.5, 0.4, 0.6)}}
+    text = "\n".join(summary_lines(summary, 80))
+    head = text.split("rgb_psnr  ")[0]  # before the per-metric blocks
+    assert "which fields leak" in head
+    assert "rgb: leaks on rgb_psnr; no leakage shown on rgb_ssim" in head
+    assert "depth: no leakage shown" in head and "action: leaks on action_accuracy" in head
+
