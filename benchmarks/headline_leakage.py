@@ -60,6 +60,8 @@ class Run:
             cmd += ["-A", p]
         for m in self.metrics:
             cmd += ["-M", m]
+        if "rgb" in self.metrics:  # LPIPS beside PSNR/SSIM, as TRACE reports it (issue 40): asked for by name
+            cmd += ["-M", "rgb_lpips"]
         return cmd
 
 

@@ -37,20 +37,26 @@ BASELINES=(
   "closed_form PointNav ppo init correlated_noise -D sigma=0.01 -D rho=0.9"
   "closed_form PointNav ppo init temporal_mean -D k=4"
 )
-# The optimisation attacks at their quick presets (about 30 CPU-minutes in all): INVERSION=1 to include.
+# The optimisation attacks: INVERSION=1 to include. QGI, RGI and IG at their quick presets (about 30 CPU-minutes
+# in all); DLG and iDLG at their source budget, 300 L-BFGS iterations (the `paper` preset, as the DLG baseline of
+# the TRACE code runs), which costs 4.0 s (DLG) and 5.9 s (iDLG) per frame on one thread at load 5-6: about
+# 26 + 39 minutes for the two 48-episode entries and 13 + 20 minutes for their verification (docs/inversion-attacks.md).
+# The PointNav ones also score LPIPS (-M names their fields, which keeps the default metrics, plus rgb_lpips).
 if [[ "${INVERSION:-0}" == 1 ]]; then
   BASELINES+=(
     "qgi ActivePerception dqn init none"
     "rgi ActivePerception reinforce init none"
-    "inverting_gradients PointNav ppo init none"
-    "idlg PointNav ppo init none"
-    "dlg PointNav ppo init none"
+    "inverting_gradients PointNav ppo init none -M action -M rgb -M rgb_lpips"
+    "idlg PointNav ppo init none -A preset=paper -M action -M rgb -M rgb_lpips"
+    "dlg PointNav ppo init none -A preset=paper -M action -M rgb -M rgb_lpips"
   )
 fi
 
 # ONLY="dp_sgd clip_norm": just the baselines whose defense is named (a partial refresh)
 for spec in "${BASELINES[@]}"; do
   if [[ -n "${ONLY:-}" && " ${ONLY} " != *" $(awk '{print $5}' <<< "$spec") "* ]]; then continue; fi
+  # ATTACKS="dlg idlg": just the baselines of these attacks (INVERSION=1 ATTACKS="dlg idlg" re-runs issue 40's)
+  if [[ -n "${ATTACKS:-}" && " ${ATTACKS} " != *" $(awk '{print $1}' <<< "$spec") "* ]]; then continue; fi
   read -r -a args <<< "$spec"
   attack=${args[0]} task=${args[1]} victim=${args[2]} checkpoint=${args[3]} defense=${args[4]}
   run="$RUNS/${attack}__$task-$victim-$checkpoint-$defense"

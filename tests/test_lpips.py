@@ -67,3 +67,41 @@ def test_a_missing_weights_file_says_what_to_do(monkeypatch, tmp_path):
             module.lpips_alex()
     finally:
         module.lpips_alex.cache_clear()
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def test_the_baseline_script_runs_dlg_and_idlg_at_their_source_budget_with_lpips(tmp_path):
+    """Issue 40: the committed DLG/iDLG entries are made at 300 L-BFGS iterations and score LPIPS. The script
+    is run with ``echo`` as its Python, so it prints the commands it would run and writes nothing."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHON": "echo", "INVERSION": "1", "ATTACKS": "dlg idlg", "RUNS": str(tmp_path),
+           "ENTRIES": str(tmp_path / "entries")}
+    out = subprocess.run(["bash", str(ROOT / "leaderboard" / "make_baseline_entries.sh")], env=env, check=True,
+                         capture_output=True, text=True).stdout.splitlines()
+    evaluates = [line for line in out if " evaluate " in line]
+    assert sorted(line.split(" evaluate ")[1].split()[0] for line in evaluates) == ["dlg", "idlg"]
+    for line in evaluates:
+        assert "-A preset=paper" in line and "-M rgb_lpips" in line and "-M rgb" in line and "-M action" in line
+    assert sum(" verify " in line for line in out) == 2 and not any("closed_form" in line for line in out)
+
+
+def test_headline_runs_that_score_rgb_ask_for_lpips():
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("headline_leakage", ROOT / "benchmarks" / "headline_leakage.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    for run in module.RUN_LIST:
+        cmd = run.command(threads=1)
+        asked = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "-M"]
+        assert ("rgb_lpips" in asked) == ("rgb" in run.metrics), run.name
+    assert any(r.attack == "trace" and "rgb" in r.metrics for r in module.RUN_LIST)

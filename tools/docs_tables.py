@@ -502,7 +502,7 @@ TRACE_DATA_CURVE = Table(
              "- best prior ({data.prior.best|prior} {data.prior.best_psnr_db:.2f} dB)", "val action accuracy",
              "CPU s", "wall s"))
 
-TRACE_METRICS = ("action_accuracy", "rgb_psnr", "rgb_ssim", "rgb_psnr_y", "rgb_ssim@gauss11", "rgb_ms_ssim")
+TRACE_METRICS = ("action_accuracy", "rgb_psnr", "rgb_ssim", "rgb_psnr_y", "rgb_ssim@gauss11", "rgb_ms_ssim", "rgb_lpips")
 TRACE_ANALYTIC_RUNS = headline("trace_PointNav_ppo_trained", "trace_PointNav_a2c_trained")  # default encoder
 TRACE_RUNS = TRACE_ANALYTIC_RUNS + headline("trace_learned_PointNav_ppo_trained")
 TRACE_84_RUNS = headline("trace_PointNav_ppo_84_trained")  # a2c_84 did not learn its task: no TRACE run on it
@@ -585,7 +585,7 @@ PRIORS_COLUMNS = (
     Col("the other priors (mean)", Join("name, s", "entry.priors", "{name|prior} {s.mean:.3g}", empty="--",
                                         where=("name|ne(entry.best_prior)", "s.mean?|real"))))
 IMAGE_AND_ACTION = ("action_accuracy", "rgb_psnr", "rgb_ssim", "rgb_psnr_y", "rgb_ssim_y", "rgb_ssim@gauss11",
-                    "rgb_ms_ssim", "depth_psnr", "depth_ssim")
+                    "rgb_ms_ssim", "rgb_lpips", "depth_psnr", "depth_ssim")
 
 PRIORS_COST = Table(
     "docs/priors.md", {"data": PRIORS_PPO_INIT}, let={"fit": "data.fit", "over": "data.overhead?"},
@@ -913,7 +913,7 @@ TABLES: dict[str, Table] = {
             ("dqn_compact", "qgi", "rgb_psnr", "qgi RGB PSNR"), ("dqn_compact", "qgi", "depth_psnr", "qgi depth PSNR"),
             ("dqn_compact", "qgi", "bbox_iou", "qgi box IoU")), GRID_GROUP, let=GRID_LET))),
     "headline_inversion": Table("docs/inversion-attacks.md", {"runs": INVERSION_RUNS}, let={"only": (
-        "action_accuracy", "rgb_psnr", "rgb_psnr_y", "rgb_ssim_y", "depth_psnr", "depth_ssim", "bbox_iou",
+        "action_accuracy", "rgb_psnr", "rgb_psnr_y", "rgb_ssim_y", "rgb_lpips", "depth_psnr", "depth_ssim", "bbox_iou",
         "bbox_iou@visible", "bbox_detection_rate", "q_value_rel_error", "q_target_rel_error", "return_abs_error")},
         rows=RUN_METRICS, columns=HEADLINE_COLUMNS),
     "headline_trace": Table("docs/trace.md", {"runs": TRACE_RUNS}, let={"only": TRACE_METRICS},
