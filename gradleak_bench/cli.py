@@ -927,6 +927,11 @@ def verify(
     limit: list[str] = typer.Option([], "--limit", metavar="NAME=VALUE", help=LIMIT_HELP),
     backend: str = typer.Option("pybullet", help="simulator of the re-run: pybullet (default); an entry is "
                                 "verified on PyBullet's official split and fresh layouts, so any other is refused"),
+    signing_key: Optional[Path] = typer.Option(
+        None, "--signing-key", metavar="PEM",
+        help="maintainers' CI only: sign the record with this Ed25519 private key (default: the file "
+             "$GRADLEAK_BENCH_SIGNING_KEY names); the board ranks only records signed by a key in "
+             "leaderboard/keys/, an unsigned record is a pre-check"),
 ) -> None:
     """Re-run an entry's own code on public held-out episodes and on fresh layouts nobody could know in advance.
 
@@ -940,6 +945,9 @@ def verify(
     from gradleak_bench.leaderboard.verify import make_record, verify_file
 
     refuse_run_output(entry)
+    from gradleak_bench.leaderboard.signing import signing_key as load_signing_key
+
+    private_key = load_signing_key(signing_key)  # a file that is not a key: exit 2 before anything runs
     if backend != "pybullet":
         from gradleak_bench.envs.backend import backend_class
 
@@ -971,8 +979,25 @@ def verify(
         made = make_record(result.entry, entry, result, seed)
         path = records.record_path(root, result.entry.relative_path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, made.to_json().encode())
-        _say(_wrapped(f"record: {path} (ranked by `gradleak-bench leaderboard`)", console.width))
+        text = made.to_json() if private_key is None else records.signed_json(made, private_key)
+        atomic_write_bytes(path, text.encode())
+        _say(_wrapped(f"record: {path} " + ("(signed; ranked by `gradleak-bench leaderboard` when its key is in "
+                                            f"{records.keys_dir(root)})" if private_key is not None else
+                                            "(unsigned: a pre-check, shown unranked until the maintainers' "
+                                            "verifier signs it; docs/leaderboard.md)"), console.width))
+
+
+@app.command()
+def keygen(
+    private: Path = typer.Argument(..., help="where the private key goes (keep it OUT of the repository)"),
+    public: Path = typer.Argument(..., help="where the public key goes (commit it under leaderboard/keys/)"),
+) -> None:
+    """Make an Ed25519 key pair for signing verification records (maintainers; docs/leaderboard.md)."""
+    from gradleak_bench.leaderboard.signing import generate
+
+    kid = generate(private, public)
+    console.print(f"key {kid}: private {private} (mode 600, never commit it), public {public}", soft_wrap=True,
+                  markup=False)
 
 
 @app.command()

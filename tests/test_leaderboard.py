@@ -563,9 +563,14 @@ def test_abstaining_cannot_rank_first_and_its_failed_frames_are_shown(tmp_path, 
     abstainer = schema.load_entry(entries / "PointNav" / "none" / "abstainer__ppo-init.json")
     accuracy = abstainer.metrics["action_accuracy"]
     assert accuracy.failed_frames == 192 and accuracy.mean <= 0.5  # each abstained frame scores 0
-    for name in ("abstainer", "closed_form"):  # ranked only once verified (on fresh layouts)
+    from gradleak_bench.leaderboard.signing import generate
+
+    # ranked only once verified (on fresh layouts) and signed by a trusted key (a throwaway one here)
+    records.keys_dir(entries).mkdir()
+    generate(tmp_path / "ci-private.pem", records.keys_dir(entries) / "ci.pem")
+    for name in ("abstainer", "closed_form"):
         verified = cli("verify", str(entries / "PointNav" / "none" / f"{name}__ppo-init.json"), "--episodes", "2",
-                       "--fresh-layouts", "3")
+                       "--fresh-layouts", "3", "--signing-key", str(tmp_path / "ci-private.pem"))
         assert verified.returncode == 0, verified.stderr[-3000:]
     md, _ = render(entries, tmp_path)
     section = md.read_text().split("## PointNav: actions")[1]

@@ -183,21 +183,49 @@ def entry_sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def current(entries_dir: Path, relative: Path) -> tuple[VerificationRecord | None, str]:
-    """The record of the entry at ``entries_dir / relative`` if it is current (bound to the entry file as it is
-    now, well-formed, its summary the one its rows give), else None with the reason."""
+def keys_dir(entries_dir: Path) -> Path:
+    """The trusted public keys of the records beside ``entries_dir`` (``leaderboard/keys``)."""
+    from gradleak_bench.leaderboard.signing import KEYS_FOLDER
+
+    return Path(entries_dir).parent / KEYS_FOLDER
+
+
+def current(entries_dir: Path, relative: Path, keys: Mapping[str, Any] | None = None
+            ) -> tuple[VerificationRecord | None, str]:
+    """The record of the entry at ``entries_dir / relative`` if it is current (well-formed, holding exactly the
+    benchmark's references, its summary the one its rows give, bound to the entry file as it is now, and signed
+    by a key of ``keys``, default the public keys under :func:`keys_dir`), else None with the reason.
+
+    Raises:
+        SigningKeyError: a file among the trusted keys is not a key.
+    """
+    from gradleak_bench.leaderboard import signing
+
     path = record_path(entries_dir, relative)
     if not path.is_file():
         return None, "not verified"
     try:
-        record = load(path)
+        data = _read(path)
+        record = parse(data, str(path))
     except InvalidEntryError as exc:
         return None, f"refused verification record ({exc})"
     if record.entry != relative.as_posix():
         return None, f"its verification record names another entry ({record.entry})"
     if record.entry_sha256 != entry_sha256(Path(entries_dir) / relative):
         return None, "verification stale (the entry changed after it was verified)"
+    why = signing.problem(data, signing.public_keys(keys_dir(entries_dir)) if keys is None else dict(keys))
+    if why is not None:
+        return None, why
     return record, "verified"
+
+
+def signed_json(record: VerificationRecord, private_key: Any) -> str:
+    """The record's JSON with the signature of ``private_key`` over its canonical form (:mod:`.signing`)."""
+    from gradleak_bench.leaderboard.schema import compact_lists
+    from gradleak_bench.leaderboard.signing import sign
+
+    data = sign(json.loads(record.to_json()), private_key)
+    return compact_lists(json.dumps(data, indent=1, allow_nan=False)) + "\n"
 
 
 # --- the verifier's identity ------------------------------------------------------------------------------
@@ -238,17 +266,20 @@ def git_commit() -> str | None:
 
 
 def load(path: Path) -> VerificationRecord:
+    return parse(_read(path), str(path))
+
+
+def _read(path: Path) -> Any:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidEntryError(f"{path}: not a readable JSON verification record ({exc})") from exc
-    return parse(data, str(path))
 
 
 def parse(data: Any, where: str = "record") -> VerificationRecord:
     """Type-check a decoded record; its stored summaries must be the ones its rows give."""
     _object(data, where, {"schema", "entry", "entry_sha256", "checkpoint_id", "dataset_identity", "verified_at",
-                          "verifier", "public", "fresh", "metrics"})
+                          "verifier", "public", "fresh", "metrics"}, optional={"signature"})
     if data["schema"] != SCHEMA:
         raise InvalidEntryError(f"{where}: schema {data['schema']!r}; this code reads {SCHEMA!r}")
     for key in ("entry_sha256", "dataset_identity"):

@@ -474,10 +474,14 @@ def current_thumbnails(entries: list[Entry], entries_dir: str | Path,
 
 
 def current_records(entries: list[Entry], entries_dir: str | Path) -> tuple[dict, dict[str, str]]:
-    """Each entry's current verification record (by entry path), and for the others why they have none."""
+    """Each entry's current, signed verification record (by entry path), and for the others why they have none
+    (unsigned, a bad signature or an unknown key among the reasons)."""
+    from gradleak_bench.leaderboard.signing import public_keys
+
     verified, status = {}, {}
+    keys = public_keys(record.keys_dir(Path(entries_dir)))
     for e in entries:
-        found, why = record.current(Path(entries_dir), e.relative_path)
+        found, why = record.current(Path(entries_dir), e.relative_path, keys)
         key = str(e.relative_path)
         if found is not None and found.checkpoint_id == e.checkpoint_id and found.dataset_identity == e.dataset_identity:
             verified[key] = found
