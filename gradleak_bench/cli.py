@@ -987,6 +987,31 @@ def verify(
                                             "verifier signs it; docs/leaderboard.md)"), console.width))
 
 
+@app.command("round")
+def round_(
+    entries: Path = typer.Option(Path("leaderboard/entries"), help="entries folder"),
+    only: Optional[list[str]] = typer.Option(None, "--only", help="only entries whose path contains this "
+                                             "(repeatable)"),
+    fresh_layouts: int = typer.Option(16, min=2, help="fresh layouts of the round's one shared draw"),
+    episodes: int = typer.Option(8, min=1, help="public held-out episodes re-run per entry"),
+    signing_key: Optional[Path] = typer.Option(
+        None, "--signing-key", metavar="PEM", help="sign each record (maintainers; default: "
+                                                   "$GRADLEAK_BENCH_SIGNING_KEY); unsigned records are unranked"),
+    limit: list[str] = typer.Option([], "--limit", metavar="NAME=VALUE", help=LIMIT_HELP),
+) -> None:
+    """Re-verify every entry on ONE shared fresh draw (seed committed before, revealed after), so the board
+    compares entries on the same layouts and decides ties paired per layout (docs/leaderboard.md, "Rounds").
+    Exit 0 all verified, 1 some not (their old records are kept; the others are rewritten)."""
+    from gradleak_bench.leaderboard.rounds import run_round
+    from gradleak_bench.leaderboard.signing import signing_key as load_signing_key
+
+    key = load_signing_key(signing_key)
+    result = run_round(entries, only, fresh_layouts, episodes, key,
+                       say=lambda text: _say(_wrapped(text, console.width)), limits=_limits(limit))
+    if not all(e.verified for e in result.entries):
+        raise typer.Exit(1)
+
+
 @app.command()
 def keygen(
     private: Path = typer.Argument(..., help="where the private key goes (keep it OUT of the repository)"),

@@ -107,6 +107,12 @@ class FreshMetric:
             return None
         return Interval(*bootstrap_ci(diffs))
 
+    @cached_property
+    def leakage_rows(self) -> np.ndarray | None:
+        """Metric - strongest reference per fresh layout (NaN where undefined), in the metric's units."""
+        name = self.strongest_reference
+        return None if name is None else _floats(self.values) - _floats(self.candidates()[name])
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"higher_is_better": self.higher_is_better}
         if self.public is not None:

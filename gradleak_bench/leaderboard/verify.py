@@ -526,18 +526,21 @@ CI per metric (docs/leaderboard.md, "Fresh layouts decide")."""
 def verify_entry(entry: Entry, folder: Path, episodes: int = 8, seed: int = 0, attack: str | None = None,
                  allow_unofficial: bool = False, progress: bool = False,
                  fresh_layouts: int = FRESH_LAYOUTS, priors: bool = True,
-                 record: VerificationRecord | None = None, limits: Any = None) -> Verification:
+                 record: VerificationRecord | None = None, limits: Any = None,
+                 secret: int | None = None) -> Verification:
     """Admit ``entry``, re-run it on a seeded random subset of ``episodes`` public held-out episodes, score it
     on ``fresh_layouts`` layouts drawn from a secret seed (0: skip), and compare (module docstring).
     ``priors=False`` skips re-scoring the gradient-free priors (their rows are still checked against the
     entry's summary; no record can be made). ``record``: a committed verification record to check against the
-    fresh layouts scored here (what CI does). ``limits``: the plug-ins'
+    fresh layouts scored here (what CI does). ``secret``: the fresh draw's seed, when a round shares one among
+    its entries (:mod:`.rounds`; default: drawn now). ``limits``: the plug-ins'
     :class:`~gradleak_bench.run.limits.PluginLimits` (default: the defaults)."""
     admit(entry, allow_unofficial, attack, folder)
     public = rerun(entry, folder, episodes, seed, progress, priors, limits)
     if fresh_layouts <= 0:
         return compare(entry, public)
-    secret = int.from_bytes(os.urandom(8), "little") >> 1  # drawn now: it did not exist when the attack was written
+    if secret is None:  # drawn now: it did not exist when the attack was written (a round draws one for all)
+        secret = int.from_bytes(os.urandom(8), "little") >> 1
     fresh = fresh_rerun(entry, folder, fresh_layouts, secret, progress, priors, limits)
     # every spread is the verifier's own new values, never a record's rows (a forger would widen its own
     # tolerance); a diagnostic that few fresh layouts leave without spread is reported, never refused
