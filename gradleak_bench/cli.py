@@ -223,7 +223,7 @@ LIMIT_HELP = ("a hard limit on each plug-in process (repeatable): fit=SECONDS (o
               "reconstruct=SECONDS (one episode's call, default 1h), load=SECONDS (each set-up call, default 10m), "
               "memory=SIZE (its processes together, default 16G or 3/4 of this machine's), processes=N (default "
               "64), returned=SIZE (arrays in one answer, default 1G), printed=SIZE (stdout/stderr in one call, "
-              "default 16M); e.g. --limit reconstruct=2h --limit memory=32G (docs/evaluate.md, 'Limits')")
+              "default 16M), disk=SIZE (its private cache and /tmp, default 16G); e.g. --limit reconstruct=2h --limit memory=32G (docs/evaluate.md, 'Limits')")
 
 
 def _limits(options: list[str]):
