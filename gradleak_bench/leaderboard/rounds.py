@@ -86,6 +86,7 @@ def run_round(entries_dir: Path, only: list[str] | None = None, layouts: int = 1
     say(f"round {commitment[:16]}: {len(files)} entries on one draw of {layouts} fresh layouts "
         f"(commitment {commitment}; the seed is revealed at the end)")
     done: list[RoundEntry] = []
+    pending: list[tuple[Path, str]] = []
     for path in files:
         rel = path.relative_to(entries_dir).as_posix()
         t0 = time.perf_counter()
@@ -97,18 +98,19 @@ def run_round(entries_dir: Path, only: list[str] | None = None, layouts: int = 1
         except GradleakError as exc:
             entry, result, failures = None, None, (str(exc),)
         seconds = time.perf_counter() - t0
-        if result is not None and result.ok:
+        if result is not None and result.ok:  # written when the round ends: a record publishes the seed
             made = make_record(entry, path, result, 0)
             text = made.to_json() if signing_key is None else records.signed_json(made, signing_key)
-            target = records.record_path(entries_dir, entry.relative_path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            from gradleak_bench.paths import atomic_write_bytes
-
-            atomic_write_bytes(target, text.encode())
+            pending.append((records.record_path(entries_dir, entry.relative_path), text))
         done.append(RoundEntry(rel, not failures, seconds, failures))
         say(f"  {rel}: {'verified' if not failures else 'NOT verified'} ({seconds:.0f} s)")
         for failure in failures[:3]:
             say(f"    {failure}")
+    from gradleak_bench.paths import atomic_write_bytes
+
+    for target, text in pending:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(target, text.encode())
     out = Round(commitment, secret, layouts, episodes, started, _now(), tuple(done))
     _write(round_file, out.to_dict())
     say(f"round {commitment[:16]} done: {sum(e.verified for e in done)} of {len(done)} verified in "
