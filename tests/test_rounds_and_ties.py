@@ -78,9 +78,10 @@ def test_an_error_metric_ranks_lower_leakage_first():
     assert _significant(a, b, "action_hist_tv") == 1 and not math.isnan(la.mean)
 
 
-def test_a_round_scores_every_entry_on_one_draw_and_reveals_the_seed_after(tmp_path):
-    """`gradleak-bench round` on two committed entries (a tiny draw): one seed for both records, committed in
-    the round file before any entry ran and revealed after; the board pairs them and says which round."""
+def test_a_round_scores_every_entry_on_one_draw_and_reveals_the_seed_after(tmp_path, official_run):
+    """`gradleak-bench round` on two entries of the session's official run (a tiny draw; the suite's priors):
+    one seed for both records, committed in the round file before any entry ran and revealed after; the board
+    pairs them and says which round."""
     import json
     import os
     import subprocess
@@ -89,11 +90,12 @@ def test_a_round_scores_every_entry_on_one_draw_and_reveals_the_seed_after(tmp_p
     from gradleak_bench.leaderboard import schema, signing
     from gradleak_bench.leaderboard.render import Shown, current_records, render_markdown
 
+    from gradleak_bench.leaderboard.submit import submit
+
     board = tmp_path / "leaderboard"
-    rels = [Path("PointNav/none/closed_form__ppo-init.json"), Path("PointNav/clip_norm/closed_form__ppo-init.json")]
-    for rel in rels:
-        (board / "entries" / rel).parent.mkdir(parents=True, exist_ok=True)
-        (board / "entries" / rel).write_bytes((ROOT / "leaderboard" / "entries" / rel).read_bytes())
+    for name in ("closed_form", "closed_form_again"):
+        submit(official_run, name, ["A"], out=board / "entries")
+    assert len(list((board / "entries").rglob("*.json"))) == 2
     (board / "keys").mkdir()
     signing.generate(tmp_path / "ci.pem", board / "keys" / "ci.pem")
     done = subprocess.run([sys.executable, "-m", "gradleak_bench.cli", "round", "--entries", str(board / "entries"),
