@@ -574,7 +574,8 @@ def test_abstaining_cannot_rank_first_and_its_failed_frames_are_shown(tmp_path, 
         assert verified.returncode == 0, verified.stderr[-3000:]
     md, _ = render(entries, tmp_path)
     section = md.read_text().split("## PointNav: actions")[1]
-    ranked = [line for line in section.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    # on 3 fresh layouts each the two may tie (1=): ranked all the same, closed_form first by its leakage
+    ranked = [line for line in section.splitlines() if line.startswith(("| 1 |", "| 1= |", "| 2 |"))]
     assert "closed\\_form" in ranked[0] and "abstainer" in ranked[1]
     assert "| 192 / 384 |" in ranked[1] and "| 0 / 384 |" in ranked[0]
 
