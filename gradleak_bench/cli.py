@@ -223,7 +223,7 @@ LIMIT_HELP = ("a hard limit on each plug-in process (repeatable): fit=SECONDS (o
               "reconstruct=SECONDS (one episode's call, default 1h), load=SECONDS (each set-up call, default 10m), "
               "memory=SIZE (its processes together, default 16G or 3/4 of this machine's), processes=N (default "
               "64), returned=SIZE (arrays in one answer, default 1G), printed=SIZE (stdout/stderr in one call, "
-              "default 16M); e.g. --limit reconstruct=2h --limit memory=32G (docs/evaluate.md, 'Limits')")
+              "default 16M), disk=SIZE (its private cache and /tmp, default 16G); e.g. --limit reconstruct=2h --limit memory=32G (docs/evaluate.md, 'Limits')")
 
 
 def _limits(options: list[str]):
@@ -927,6 +927,11 @@ def verify(
     limit: list[str] = typer.Option([], "--limit", metavar="NAME=VALUE", help=LIMIT_HELP),
     backend: str = typer.Option("pybullet", help="simulator of the re-run: pybullet (default); an entry is "
                                 "verified on PyBullet's official split and fresh layouts, so any other is refused"),
+    signing_key: Optional[Path] = typer.Option(
+        None, "--signing-key", metavar="PEM",
+        help="maintainers' CI only: sign the record with this Ed25519 private key (default: the file "
+             "$GRADLEAK_BENCH_SIGNING_KEY names); the board ranks only records signed by a key in "
+             "leaderboard/keys/, an unsigned record is a pre-check"),
 ) -> None:
     """Re-run an entry's own code on public held-out episodes and on fresh layouts nobody could know in advance.
 
@@ -940,6 +945,9 @@ def verify(
     from gradleak_bench.leaderboard.verify import make_record, verify_file
 
     refuse_run_output(entry)
+    from gradleak_bench.leaderboard.signing import signing_key as load_signing_key
+
+    private_key = load_signing_key(signing_key)  # a file that is not a key: exit 2 before anything runs
     if backend != "pybullet":
         from gradleak_bench.envs.backend import backend_class
 
@@ -971,8 +979,50 @@ def verify(
         made = make_record(result.entry, entry, result, seed)
         path = records.record_path(root, result.entry.relative_path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, made.to_json().encode())
-        _say(_wrapped(f"record: {path} (ranked by `gradleak-bench leaderboard`)", console.width))
+        text = made.to_json() if private_key is None else records.signed_json(made, private_key)
+        atomic_write_bytes(path, text.encode())
+        _say(_wrapped(f"record: {path} " + ("(signed; ranked by `gradleak-bench leaderboard` when its key is in "
+                                            f"{records.keys_dir(root)})" if private_key is not None else
+                                            "(unsigned: a pre-check, shown unranked until the maintainers' "
+                                            "verifier signs it; docs/leaderboard.md)"), console.width))
+
+
+@app.command("round")
+def round_(
+    entries: Path = typer.Option(Path("leaderboard/entries"), help="entries folder"),
+    only: Optional[list[str]] = typer.Option(None, "--only", help="only entries whose path contains this "
+                                             "(repeatable)"),
+    fresh_layouts: int = typer.Option(16, min=2, help="fresh layouts of the round's one shared draw"),
+    episodes: int = typer.Option(8, min=1, help="public held-out episodes re-run per entry"),
+    signing_key: Optional[Path] = typer.Option(
+        None, "--signing-key", metavar="PEM", help="sign each record (maintainers; default: "
+                                                   "$GRADLEAK_BENCH_SIGNING_KEY); unsigned records are unranked"),
+    limit: list[str] = typer.Option([], "--limit", metavar="NAME=VALUE", help=LIMIT_HELP),
+) -> None:
+    """Re-verify every entry on ONE shared fresh draw (seed committed before, revealed after), so the board
+    compares entries on the same layouts and decides ties paired per layout (docs/leaderboard.md, "Rounds").
+    Exit 0 all verified, 1 some not (their old records are kept; the others are rewritten)."""
+    from gradleak_bench.leaderboard.rounds import run_round
+    from gradleak_bench.leaderboard.signing import signing_key as load_signing_key
+
+    key = load_signing_key(signing_key)
+    result = run_round(entries, only, fresh_layouts, episodes, key,
+                       say=lambda text: _say(_wrapped(text, console.width)), limits=_limits(limit))
+    if not all(e.verified for e in result.entries):
+        raise typer.Exit(1)
+
+
+@app.command()
+def keygen(
+    private: Path = typer.Argument(..., help="where the private key goes (keep it OUT of the repository)"),
+    public: Path = typer.Argument(..., help="where the public key goes (commit it under leaderboard/keys/)"),
+) -> None:
+    """Make an Ed25519 key pair for signing verification records (maintainers; docs/leaderboard.md)."""
+    from gradleak_bench.leaderboard.signing import generate
+
+    kid = generate(private, public)
+    console.print(f"key {kid}: private {private} (mode 600, never commit it), public {public}", soft_wrap=True,
+                  markup=False)
 
 
 @app.command()

@@ -457,6 +457,31 @@ PRIOR_PREFIX = "prior:"
 """Reference names of the priors in results (``prior:mean_frame``), apart from the swap control."""
 
 
+#: Every prior :func:`fit` makes for a field, by field (a scalar field not listed: :data:`SCALAR_PRIORS`). The
+#: leaderboard holds a verification record to exactly this set (one of them, for a field with several), so a
+#: record cannot drop the strongest prior, nor add one of its own making. Kept beside :func:`fit`, which a test
+#: checks against it.
+FIELD_PRIORS: dict[str, tuple[frozenset[str], ...]] = {
+    "rgb": (frozenset({"grey", "mean_colour", "mean_frame", "median_frame"}),),
+    "depth": (frozenset({"grey", "mean_colour", "mean_frame", "median_frame"}),),
+    # discrete actions; continuous commands
+    "action": (frozenset({"majority_action", "majority_action_per_step", "action_histogram"}),
+               frozenset({"mean", "median", "zero_action", "mean_per_step"})),
+    "bbox": (frozenset({"mean", "zero_box", "mean_visible_box"}),),
+    "pose": (frozenset({"mean", "mean_start_pose", "mean_trajectory"}),),
+    "goal": (frozenset({"mean", "mean_per_step"}),),
+}
+SCALAR_PRIORS = (frozenset({"mean", "median", "mean_per_step"}),)
+"""The priors of a one-number-per-step field (returns, advantages, Q values, rewards)."""
+
+
+def expected_references(field_name: str) -> tuple[frozenset[str], ...]:
+    """The sets of reference names (``prior:...``) a score of ``field_name`` may be measured against: one of
+    them exactly (besides the swap control)."""
+    return tuple(frozenset(PRIOR_PREFIX + n for n in names)
+                 for names in FIELD_PRIORS.get(field_name, SCALAR_PRIORS))
+
+
 @dataclass(frozen=True)
 class PriorReference:
     """One named prior as a gradient-free reference the scorer scores beside the attack.

@@ -172,7 +172,11 @@ def _record(tmp_path: Path, values, controls, prior) -> tuple[records.Verificati
     ids = tuple(f"F{i:03d}-E00" for i in range(len(values)))
     fresh = Rerun(ids=ids, values={"action_accuracy": values},
                   controls={"action_accuracy": controls if controls is not None else [math.nan] * len(values)},
-                  references={"action_accuracy": {"prior:majority_action": prior}}, failed_frames={}, failures=(),
+                  # every discrete-action prior, as the benchmark demands (the other two no stronger)
+                  references={"action_accuracy": {"prior:majority_action": prior,
+                                                  "prior:majority_action_per_step": [v / 2 for v in prior],
+                                                  "prior:action_histogram": [v / 4 for v in prior]}},
+                  failed_frames={}, failures=(),
                   dataset_identity=None, checkpoint_id=entry.checkpoint_id, metrics=frozenset({"action_accuracy"}))
     from gradleak_bench.run.fresh import FreshLayouts
 
@@ -181,8 +185,19 @@ def _record(tmp_path: Path, values, controls, prior) -> tuple[records.Verificati
     made = make_record(entry, target, verification, public_seed=0)
     path = records.record_path(entries, entry.relative_path)
     path.parent.mkdir(parents=True)
-    path.write_text(made.to_json())
+    path.write_text(records.signed_json(made, throwaway_key(records.keys_dir(entries))))
     return made, entries
+
+
+def throwaway_key(keys: Path):
+    """A new Ed25519 key whose public half is trusted in ``keys`` (the maintainers' key stays out of tests)."""
+    from gradleak_bench.leaderboard.signing import generate, load_private_key
+
+    keys.mkdir(parents=True, exist_ok=True)
+    private = keys.parent / "throwaway-private.pem"
+    if not private.exists():
+        generate(private, keys / "throwaway.pem")
+    return load_private_key(private)
 
 
 def test_a_record_ranks_by_leakage_over_the_strongest_reference_recomputed_from_its_rows(tmp_path):

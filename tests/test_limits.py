@@ -393,3 +393,34 @@ def test_limits_hold_on_ray_workers_and_their_plugins_end_with_the_run(ray_clust
             break
         time.sleep(0.1)
     assert _plugin_hosts() == []
+
+
+FILLS_CACHE = """\
+            from gradleak_bench.paths import cache_dir
+            chunk = b"\\1" * (16 << 20)
+            with open(cache_dir() / "scratch", "wb") as f:  # the one host folder it may write: its cache
+                for _ in range(64):
+                    f.write(chunk)
+                    f.flush()
+                    time.sleep(0.05)
+            while True:
+                time.sleep(1)"""
+
+
+@sealed_only
+def test_a_plugin_that_fills_its_cache_fails_its_episode_on_the_disk_limit_and_leaves_nothing(tmp_path, cache_dir):
+    """Issue 38: a sealed plug-in wrote 3 GiB into its private cache, which outlived the run. Past --limit disk
+    the call fails naming the limit, and the cache is emptied."""
+    from gradleak_bench.run.isolation import plugin_cache
+
+    attack = _plugin(tmp_path, FILLS_CACHE, "fillscache")
+    result = _run(tmp_path, attack, ["disk=128M", "reconstruct=600"])
+    error = _one_failure(result, "exceeded its disk limit of 128 MiB")
+    assert error.endswith("(raise it with --limit disk=SIZE)")
+    own = plugin_cache("attack", attack, str((tmp_path / "run").resolve()))
+    assert not (own / "scratch").exists()
+
+
+def test_the_disk_limit_parses_like_the_others():
+    assert PluginLimits().with_options(["disk=2G"]).disk == 2 << 30
+    assert PluginLimits().disk == 16 << 30 and "disk=16 GiB" in PluginLimits().describe()

@@ -55,6 +55,14 @@ class Board:
     others: tuple[str, ...]  # the field's other metrics, shown beside it
     entries: tuple[Entry, ...]  # ranked first, then unranked
     verified: Verified = dataclasses.field(default_factory=dict)
+    ranks: Mapping[str, int] = dataclasses.field(default_factory=dict)  # entry path -> rank (ties share one)
+
+    def rank(self, entry: Entry) -> str:
+        """The entry's rank, ``3=`` when another entry shares it, ``–`` when unranked."""
+        r = self.ranks.get(str(entry.relative_path))
+        if r is None:
+            return "–"
+        return f"{r}=" if sum(v == r for v in self.ranks.values()) > 1 else str(r)
 
     @property
     def id(self) -> str:
@@ -97,9 +105,54 @@ def boards(entries: list[Entry], verified: Verified | None = None) -> list[Board
         if metric is None:  # only diagnostics a constant wins (all-frame box IoU): no board ranks by them
             continue
         others = tuple(sorted(reported - {metric}))
-        ranked = sorted(members, key=lambda e: rank_key(e, metric, verified))
-        out.append(Board(task, name, metric, others, tuple(ranked), verified))
+        ordered = sorted(members, key=lambda e: rank_key(e, metric, verified))
+        ranks = tied_ranks([e for e in ordered if rank_key(e, metric, verified)[0] == 0], metric, verified)
+        ordered.sort(key=lambda e: (ranks.get(str(e.relative_path), math.inf),) + rank_key(e, metric, verified))
+        out.append(Board(task, name, metric, others, tuple(ordered), verified, ranks))
     return out
+
+
+TIE_RULE = ("rank = 1 + the number of entries significantly better: on the same fresh layouts (one round's "
+            "draw) when the 95% CI of the paired per-layout difference of leakage excludes 0; on different "
+            "draws when the two leakage CIs do not overlap. Entries that share a rank are tied (shown 3=).")
+
+
+def tied_ranks(ranked: list[Entry], metric: str, verified: Verified) -> dict[str, int]:
+    """Each ranked entry's rank by :data:`TIE_RULE` (``ranked``: entries with a leakage on this board)."""
+    fresh = {str(e.relative_path): verified[str(e.relative_path)] for e in ranked}
+    better = {key: 0 for key in fresh}
+    keys = list(fresh)
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            sign = _significant(fresh[a], fresh[b], metric)
+            if sign > 0:
+                better[b] += 1
+            elif sign < 0:
+                better[a] += 1
+    return {key: 1 + n for key, n in better.items()}
+
+
+def _significant(a: VerificationRecord, b: VerificationRecord, metric: str) -> int:
+    """+1 when ``a`` leaks significantly more than ``b`` (in the metric's direction), -1 the reverse, else 0."""
+    import numpy as np
+
+    from gradleak_bench.metrics.summary import bootstrap_ci
+
+    fa, fb = a.metrics[metric], b.metrics[metric]
+    sign = 1.0 if fa.higher_is_better else -1.0
+    if a.fresh_seed == b.fresh_seed and a.fresh_ids == b.fresh_ids:  # one round's draw: paired per layout
+        d = sign * (fa.leakage_rows - fb.leakage_rows)
+        d = d[np.isfinite(d)]
+        if d.size < 2:
+            return 0
+        if np.all(d == d[0]):  # no spread: the difference is exactly known
+            return int(np.sign(d[0]))
+        _, lo, hi = bootstrap_ci(d)
+        return 1 if lo > 0 else -1 if hi < 0 else 0
+    la, lb = fa.leakage, fb.leakage
+    lo_a, hi_a = sorted((sign * la.ci_low, sign * la.ci_high))
+    lo_b, hi_b = sorted((sign * lb.ci_low, sign * lb.ci_high))
+    return 1 if lo_a > hi_b else -1 if lo_b > hi_a else 0
 
 
 def headline(entry: Entry, metric: str, verified: Verified) -> Interval | None:

@@ -107,6 +107,12 @@ class FreshMetric:
             return None
         return Interval(*bootstrap_ci(diffs))
 
+    @cached_property
+    def leakage_rows(self) -> np.ndarray | None:
+        """Metric - strongest reference per fresh layout (NaN where undefined), in the metric's units."""
+        name = self.strongest_reference
+        return None if name is None else _floats(self.values) - _floats(self.candidates()[name])
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"higher_is_better": self.higher_is_better}
         if self.public is not None:
@@ -183,21 +189,49 @@ def entry_sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def current(entries_dir: Path, relative: Path) -> tuple[VerificationRecord | None, str]:
-    """The record of the entry at ``entries_dir / relative`` if it is current (bound to the entry file as it is
-    now, well-formed, its summary the one its rows give), else None with the reason."""
+def keys_dir(entries_dir: Path) -> Path:
+    """The trusted public keys of the records beside ``entries_dir`` (``leaderboard/keys``)."""
+    from gradleak_bench.leaderboard.signing import KEYS_FOLDER
+
+    return Path(entries_dir).parent / KEYS_FOLDER
+
+
+def current(entries_dir: Path, relative: Path, keys: Mapping[str, Any] | None = None
+            ) -> tuple[VerificationRecord | None, str]:
+    """The record of the entry at ``entries_dir / relative`` if it is current (well-formed, holding exactly the
+    benchmark's references, its summary the one its rows give, bound to the entry file as it is now, and signed
+    by a key of ``keys``, default the public keys under :func:`keys_dir`), else None with the reason.
+
+    Raises:
+        SigningKeyError: a file among the trusted keys is not a key.
+    """
+    from gradleak_bench.leaderboard import signing
+
     path = record_path(entries_dir, relative)
     if not path.is_file():
         return None, "not verified"
     try:
-        record = load(path)
+        data = _read(path)
+        record = parse(data, str(path))
     except InvalidEntryError as exc:
         return None, f"refused verification record ({exc})"
     if record.entry != relative.as_posix():
         return None, f"its verification record names another entry ({record.entry})"
     if record.entry_sha256 != entry_sha256(Path(entries_dir) / relative):
         return None, "verification stale (the entry changed after it was verified)"
+    why = signing.problem(data, signing.public_keys(keys_dir(entries_dir)) if keys is None else dict(keys))
+    if why is not None:
+        return None, why
     return record, "verified"
+
+
+def signed_json(record: VerificationRecord, private_key: Any) -> str:
+    """The record's JSON with the signature of ``private_key`` over its canonical form (:mod:`.signing`)."""
+    from gradleak_bench.leaderboard.schema import compact_lists
+    from gradleak_bench.leaderboard.signing import sign
+
+    data = sign(json.loads(record.to_json()), private_key)
+    return compact_lists(json.dumps(data, indent=1, allow_nan=False)) + "\n"
 
 
 # --- the verifier's identity ------------------------------------------------------------------------------
@@ -238,17 +272,20 @@ def git_commit() -> str | None:
 
 
 def load(path: Path) -> VerificationRecord:
+    return parse(_read(path), str(path))
+
+
+def _read(path: Path) -> Any:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidEntryError(f"{path}: not a readable JSON verification record ({exc})") from exc
-    return parse(data, str(path))
 
 
 def parse(data: Any, where: str = "record") -> VerificationRecord:
     """Type-check a decoded record; its stored summaries must be the ones its rows give."""
     _object(data, where, {"schema", "entry", "entry_sha256", "checkpoint_id", "dataset_identity", "verified_at",
-                          "verifier", "public", "fresh", "metrics"})
+                          "verifier", "public", "fresh", "metrics"}, optional={"signature"})
     if data["schema"] != SCHEMA:
         raise InvalidEntryError(f"{where}: schema {data['schema']!r}; this code reads {SCHEMA!r}")
     for key in ("entry_sha256", "dataset_identity"):
@@ -275,7 +312,8 @@ def parse(data: Any, where: str = "record") -> VerificationRecord:
     metrics_raw = data["metrics"]
     if not isinstance(metrics_raw, dict) or not metrics_raw:
         raise InvalidEntryError(f"{where}.metrics: expected a non-empty object")
-    metrics = {str(name): _metric(m, f"{where}.metrics.{name}", len(ids)) for name, m in metrics_raw.items()}
+    metrics = {str(name): _metric(m, f"{where}.metrics.{name}", len(ids), str(name))
+               for name, m in metrics_raw.items()}
     commit = verifier["commit"]
     if commit is not None and not (isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", commit)):
         raise InvalidEntryError(f"{where}.verifier.commit: expected a git commit sha or null")
@@ -292,7 +330,7 @@ def parse(data: Any, where: str = "record") -> VerificationRecord:
         fresh_ids=tuple(ids), metrics=metrics)
 
 
-def _metric(data: Any, where: str, n: int) -> FreshMetric:
+def _metric(data: Any, where: str, n: int, name: str) -> FreshMetric:
     _object(data, where, {"higher_is_better", "fresh", "rows"}, optional={"public", "strongest_reference",
                                                                           "reference", "leakage"})
     if not isinstance(data["higher_is_better"], bool):
@@ -307,6 +345,7 @@ def _metric(data: Any, where: str, n: int) -> FreshMetric:
         references={k: _rows(v, f"{where}.rows.references.{k}", n) for k, v in refs.items()},
         controls=None if rows["controls"] is None else _rows(rows["controls"], f"{where}.rows.controls", n),
         public=Interval.from_dict(data["public"], f"{where}.public") if "public" in data else None)
+    benchmark_owned(name, metric, where)
     try:
         stored = {k: data.get(k) for k in ("fresh", "strongest_reference", "reference", "leakage")}
         given = {k: v for k, v in metric.to_dict().items() if k in stored}
@@ -315,6 +354,51 @@ def _metric(data: Any, where: str, n: int) -> FreshMetric:
     except (TypeError, ValueError) as exc:
         raise InvalidEntryError(f"{where}: {exc}") from exc
     return metric
+
+
+def benchmark_owned(name: str, metric: FreshMetric, where: str) -> None:
+    """Refuse a metric whose benchmark-owned parts are not the benchmark's: what is ranked is fixed by the
+    metric registry (the direction, the range) and the prior registry (every prior that applies to the field,
+    none other), plus the swap control; a record cannot choose what its attack is measured against.
+
+    Raises:
+        InvalidEntryError: naming what is wrong.
+    """
+    from gradleak_bench.errors import GradleakError
+    from gradleak_bench.leaderboard.bounds import bounds
+    from gradleak_bench.metrics.registry import get_metric
+    from gradleak_bench.priors import expected_references
+
+    try:
+        spec = get_metric(name)
+    except GradleakError:
+        raise InvalidEntryError(f"{where}: {name!r} is not a registered metric; a record holds only the "
+                                f"benchmark's metrics") from None
+    if metric.higher_is_better != spec.higher_is_better:
+        raise InvalidEntryError(f"{where}.higher_is_better: {metric.higher_is_better}, but the metric registry "
+                                f"says {spec.higher_is_better} (a metric's direction is the benchmark's)")
+    allowed = expected_references(spec.field)
+    given = frozenset(metric.references)
+    if given not in allowed:
+        want = min(allowed, key=lambda s: len(s ^ given))
+        missing, unknown = sorted(want - given), sorted(given - want)
+        raise InvalidEntryError(f"{where}.rows.references: the {spec.field} priors are the benchmark's: " + "; ".join(
+            ([f"missing {missing}"] if missing else []) + ([f"unknown {unknown}"] if unknown else [])))
+    defined = [v is not None for v in metric.values]
+    if metric.controls is None and any(defined):
+        raise InvalidEntryError(f"{where}.rows.controls: missing; the swap control is one of the references every "
+                                f"ranked number is measured against")
+    low, high = bounds(name.split("@")[0])
+    for label, rows in [("values", metric.values), ("controls", metric.controls or ()),
+                        *((f"references.{k}", v) for k, v in sorted(metric.references.items()))]:
+        # a metric is undefined on a layout by its truth alone: the same layouts for the attack and every reference
+        if label != "values" and [v is not None for v in rows] != defined:
+            raise InvalidEntryError(f"{where}.rows.{label}: null on other layouts than the attack's values (a "
+                                    f"metric is undefined by the layout's truth, for every reference alike)")
+        outside = [v for v in rows if v is not None and not low <= v <= high]
+        if outside:
+            raise InvalidEntryError(f"{where}.rows.{label}: {outside[0]!r} is outside {name}'s range "
+                                    f"[{low:g}, {high:g}]")
 
 
 def _same(stored: Any, given: Any, where: str) -> None:

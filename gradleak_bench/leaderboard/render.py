@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gradleak_bench.leaderboard import checks, record, thumbnails
-from gradleak_bench.leaderboard.boards import Board, Verified, boards, fmt, headline
+from gradleak_bench.leaderboard.boards import TIE_RULE, Board, Verified, boards, fmt, headline
 from gradleak_bench.errors import InvalidEntryError
 from gradleak_bench.leaderboard.schema import Entry, load_entries
 from gradleak_bench.run.results import Interval, MetricResult
@@ -43,6 +43,7 @@ class Shown:
     thumbs: dict[str, thumbnails.Thumbnails] = field(default_factory=dict)
     verified: Verified = field(default_factory=dict)  # current verification records, by entry path
     status: dict[str, str] = field(default_factory=dict)  # why an entry is not verified, by entry path
+    utility: dict = field(default_factory=dict)  # (task, victim, defense setting) -> train-defense's cost
 
     def verification(self, e: Entry) -> str:
         found = self.verified.get(str(e.relative_path))
@@ -75,11 +76,7 @@ def columns(board: Board, shown: Shown) -> list[Column]:
     thumbnails, the metric on fresh layouts and on the public development split, the field's other metrics,
     cost and provenance."""
     rows, metric = list(board.entries), board.metric
-    ranked = [board.ranked(e) for e in rows]
-    rank, n = [], 0
-    for ok in ranked:
-        n += ok
-        rank.append((str(n), float(n)) if ok else ("–", math.inf))
+    rank = [(board.rank(e), float(board.ranks.get(str(e.relative_path), math.inf))) for e in rows]
     m = [e.metrics.get(metric) for e in rows]
     fresh = [board.fresh(e) for e in rows]
     cols = [
@@ -243,8 +240,10 @@ numbers are development numbers, shown beside, never ranked.
 - **Public split (development)**: the entry's own score on the 48 public held-out episodes and its leakage over
   its strongest reference there (named). An entry whose public score beats its fresh-layout score beyond noise is refused by
   `verify`.
-- A frame without a finite reconstruction scores the metric's worst value (**failed frames**). Only verified
-  entries on the official split are ranked; others follow, unranked (–), with the reason.
+- A frame without a finite reconstruction scores the metric's worst value (**failed frames**). Only entries on
+  the official split whose verification record is signed by a key in `keys/` are ranked; others follow, unranked
+  (–), with the reason (unsigned, unknown key, bad signature, refused, stale).
+- **Ties**: {TIE_RULE}
 - **Frames**: {thumbnails.RULE}. Rows: truth, the attack's reconstruction, the best prior; recomputed by
   re-running the entry's own code sealed (`gradleak-bench leaderboard --thumbnails`), never sent by a submitter.
 
@@ -311,11 +310,14 @@ def render_markdown(entries: list[Entry], shown: Shown | None = None) -> str:
     for board in all_boards:
         cols = columns(board, shown)
         parts.append(f"\n## {board.task}: {board.title}\n\nRanked by `{board.metric}` leakage on fresh layouts vs "
-                     "the strongest reference.\n")
+                     f"the strongest reference; ties share a rank.{round_note(board)}\n")
         parts.append("| " + " | ".join(c.title for c in cols) + " | links |")
         parts.append("|" + "---|" * (len(cols) + 1))
         for i, e in enumerate(board.entries):
             parts.append("| " + " | ".join(_cell_md(c, i) for c in cols) + f" | {_links(e)} |")
+    from gradleak_bench.leaderboard import defense_board
+
+    parts += defense_board.markdown(defense_board.defense_boards(all_boards, shown.utility), _interval)
     return "\n".join(parts) + "\n"
 
 
@@ -384,7 +386,27 @@ without it. A CI across 0: no leakage shown.</li>
 regenerate: shown, never ranked.</li>
 <li><b>Frames</b>: {html.escape(thumbnails.RULE)}; rows truth, reconstruction, best prior (paths: truth black,
 reconstruction red, prior blue), recomputed by re-running the entry's code sealed.</li>
-<li>Only verified entries on the official split are ranked; click a column header to sort by it.</li></ul>"""
+<li>Only entries on the official split whose verification record is signed by a key in <code>keys/</code> are
+ranked; click a column header to sort by it.</li>
+<li><b>Ties</b>: {html.escape(TIE_RULE)}</li></ul>"""
+
+
+def round_note(board: Board) -> str:
+    """Which shared fresh draw (round) the board's ranked entries were scored on, if any shares one."""
+    from collections import Counter
+
+    ranked = [board.verified[k] for k in board.ranks]
+    draws = Counter((r.fresh_seed, r.fresh_ids) for r in ranked)
+    if not draws:
+        return ""
+    (seed, ids), n = draws.most_common(1)[0]
+    if n < 2:
+        return " No round yet: each entry on its own draw (ties decided by CI overlap)."
+    from gradleak_bench.run.fresh import FreshLayouts
+
+    commitment = FreshLayouts(seed, len(ids)).commitment
+    return (f" Round {commitment[:16]}: {n} of {len(ranked)} ranked entries on its draw of {len(ids)} fresh "
+            f"layouts (seed {seed}), compared paired per layout.")
 
 
 def render_html(entries: list[Entry], shown: Shown | None = None) -> str:
@@ -405,7 +427,9 @@ def render_html(entries: list[Entry], shown: Shown | None = None) -> str:
     for board in all_boards:
         cols = columns(board, shown)
         body.append(f"<h2>{esc(board.task)}: {esc(board.title)} <small>(ranked by <code>{esc(board.metric)}</code> "
-                    "leakage on fresh layouts vs the strongest reference)</small></h2>")
+                    f"leakage on fresh layouts vs the strongest reference; ties share a rank)</small></h2>")
+        if note := round_note(board):
+            body.append(f'<p class="note">{esc(note.strip())}</p>')
         body.append('<div class="scroll">')
         body.append(f'<table class="board" id="{esc(board.id)}"><thead><tr>'
                     + "".join(f"<th>{esc(c.title)}</th>" for c in cols) + "<th>links</th></tr></thead><tbody>")
@@ -425,11 +449,28 @@ def render_html(entries: list[Entry], shown: Shown | None = None) -> str:
             body.append(f'<tr data-entry="{esc(str(e.relative_path))}">' + "".join(cells)
                         + f'<td data-v="{esc(links)}">{links}</td></tr>')
         body.append("</tbody></table></div>")
+    body += _defense_html(all_boards, shown)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             "<title>gradleak-bench leaderboard</title>"
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body)
             + f"\n<script>{JS}</script>\n</body></html>\n")
+
+
+def _defense_html(all_boards: list[Board], shown: Shown) -> list[str]:
+    """The defense boards (:mod:`.defense_board`) as plain tables, after the attack boards."""
+    from gradleak_bench.leaderboard import defense_board
+
+    esc, out = html.escape, []
+    for db in defense_board.defense_boards(all_boards, shown.utility):
+        heads, rows, sources = defense_board.table(db, _interval)
+        out.append(f"<h2>Defenses: {esc(db.task)}, {esc(db.victim)}</h2>")
+        out.append(f'<p class="note">{esc(defense_board.NOTE)}</p>')
+        out.append('<div class="scroll"><table class="defense"><thead><tr>'
+                   + "".join(f"<th>{esc(h)}</th>" for h in heads) + "</tr></thead><tbody>")
+        out += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows]
+        out.append("</tbody></table></div>" + (f'<p class="note">{esc(sources)}</p>' if sources else ""))
+    return out
 
 
 def _verdict_class(text: str) -> str:
@@ -449,7 +490,11 @@ def render(entries_dir: str | Path = "leaderboard/entries", out_dir: str | Path 
     entries_dir = Path(entries_dir)
     entries = checked_entries(entries_dir)
     verified, status = current_records(entries, entries_dir)
-    shown = Shown(entries, current_thumbnails(entries, entries_dir, thumbnails_dir), verified, status)
+    from gradleak_bench.leaderboard.defense_board import load_utility
+
+    # train-defense's committed utility costs (docs/data/frontier/ of the checkout the entries are in)
+    utility = load_utility(entries_dir.resolve().parent.parent / "docs" / "data" / "frontier")
+    shown = Shown(entries, current_thumbnails(entries, entries_dir, thumbnails_dir), verified, status, utility)
     out = Path(out_dir) if out_dir is not None else entries_dir.parent
     md, page = out / "README.md", out / "index.html"
     atomic_write_bytes(md, render_markdown(entries, shown).encode())
@@ -474,10 +519,14 @@ def current_thumbnails(entries: list[Entry], entries_dir: str | Path,
 
 
 def current_records(entries: list[Entry], entries_dir: str | Path) -> tuple[dict, dict[str, str]]:
-    """Each entry's current verification record (by entry path), and for the others why they have none."""
+    """Each entry's current, signed verification record (by entry path), and for the others why they have none
+    (unsigned, a bad signature or an unknown key among the reasons)."""
+    from gradleak_bench.leaderboard.signing import public_keys
+
     verified, status = {}, {}
+    keys = public_keys(record.keys_dir(Path(entries_dir)))
     for e in entries:
-        found, why = record.current(Path(entries_dir), e.relative_path)
+        found, why = record.current(Path(entries_dir), e.relative_path, keys)
         key = str(e.relative_path)
         if found is not None and found.checkpoint_id == e.checkpoint_id and found.dataset_identity == e.dataset_identity:
             verified[key] = found

@@ -526,26 +526,27 @@ CI per metric (docs/leaderboard.md, "Fresh layouts decide")."""
 def verify_entry(entry: Entry, folder: Path, episodes: int = 8, seed: int = 0, attack: str | None = None,
                  allow_unofficial: bool = False, progress: bool = False,
                  fresh_layouts: int = FRESH_LAYOUTS, priors: bool = True,
-                 record: VerificationRecord | None = None, limits: Any = None) -> Verification:
+                 record: VerificationRecord | None = None, limits: Any = None,
+                 secret: int | None = None) -> Verification:
     """Admit ``entry``, re-run it on a seeded random subset of ``episodes`` public held-out episodes, score it
     on ``fresh_layouts`` layouts drawn from a secret seed (0: skip), and compare (module docstring).
     ``priors=False`` skips re-scoring the gradient-free priors (their rows are still checked against the
     entry's summary; no record can be made). ``record``: a committed verification record to check against the
-    fresh layouts scored here (what CI does). ``limits``: the plug-ins'
+    fresh layouts scored here (what CI does). ``secret``: the fresh draw's seed, when a round shares one among
+    its entries (:mod:`.rounds`; default: drawn now). ``limits``: the plug-ins'
     :class:`~gradleak_bench.run.limits.PluginLimits` (default: the defaults)."""
     admit(entry, allow_unofficial, attack, folder)
     public = rerun(entry, folder, episodes, seed, progress, priors, limits)
     if fresh_layouts <= 0:
         return compare(entry, public)
-    secret = int.from_bytes(os.urandom(8), "little") >> 1  # drawn now: it did not exist when the attack was written
+    if secret is None:  # drawn now: it did not exist when the attack was written (a round draws one for all)
+        secret = int.from_bytes(os.urandom(8), "little") >> 1
     fresh = fresh_rerun(entry, folder, fresh_layouts, secret, progress, priors, limits)
-    # the spreads: the verifier's own values, with a committed record's rows (verifier-made, on 16 layouts) when
-    # checking one: a few new values can all miss a rare large one (a box seen in one episode in ten)
-    spread_sample = fresh if record is None else _pooled(fresh, record)
-    verdict = compare(entry, public, spread_sample)
+    # every spread is the verifier's own new values, never a record's rows (a forger would widen its own
+    # tolerance); a diagnostic that few fresh layouts leave without spread is reported, never refused
+    verdict = compare(entry, public, fresh)
     checks_ = tuple(check_fresh(name, entry.metrics[name].higher_is_better, entry.episodes.values[name],
-                                entry.episodes.ids, fresh.values[name], public.values.get(name),
-                                spread_sample.values[name])
+                                entry.episodes.ids, fresh.values[name], public.values.get(name))
                     for name in sorted(set(entry.metrics) & fresh.metrics))
     problems = verdict.problems + tuple(f"fresh layouts: {p}" for p in fresh.failures)
     record_checks: tuple[Check, ...] = ()
@@ -578,23 +579,10 @@ def verify_file(path: str | Path, check_committed_record: bool = False, **kwargs
     return verify_entry(entry, path.parent, **kwargs)
 
 
-def _pooled(fresh: Rerun, record: VerificationRecord) -> Rerun:
-    """``fresh`` with the record's per-layout rows appended, as a sample of each statistic's spread only."""
-    def rows(values: Any) -> list[float]:
-        return [math.nan if v is None else float(v) for v in (values or ())]
-
-    values = {n: list(v) + rows(record.metrics[n].values if n in record.metrics else ()) for n, v in fresh.values.items()}
-    controls = {n: list(v) + rows(record.metrics[n].controls if n in record.metrics else ())
-                for n, v in fresh.controls.items()}
-    references = {n: {k: list(v) + rows(record.metrics[n].references.get(k) if n in record.metrics else ())
-                      for k, v in refs.items()} for n, refs in fresh.references.items()}
-    return dataclasses.replace(fresh, values=values, controls=controls, references=references)
-
-
 def check_record(record: VerificationRecord, public: Rerun, fresh: Rerun) -> tuple[list[Check], list[str]]:
     """A committed record's per-layout rows against fresh layouts drawn here: each mean must agree within
-    ``Z`` standard errors of the difference of two means, the spread being this checker's own (its public
-    re-run and its fresh layouts pooled). A forged record (raised values, lowered priors or control) or a
+    ``Z`` standard errors of the difference of two means, the spread being this checker's own new rows (its
+    public re-run and its fresh layouts pooled; never the record's rows, which a forger writes). A forged record (raised values, lowered priors or control) or a
     record made on layouts the plug-in knew is contradicted by layouts it cannot know."""
     found: list[Check] = []
     problems = [f"verification record: metric {n} is scored on fresh layouts but missing from the record"
@@ -615,7 +603,7 @@ def check_record(record: VerificationRecord, public: Rerun, fresh: Rerun) -> tup
             if not r.size or not z:
                 continue
             mu = float(r.mean())
-            tol = standard_error_scale(label, z, own, recorded) * math.sqrt(1 / len(z) + 1 / r.size) + floor(mu)
+            tol = standard_error_scale(label, z, own) * math.sqrt(1 / len(z) + 1 / r.size) + floor(mu)
             within, reported_only = abs(float(np.mean(z)) - mu) <= tol, diagnostic(label)
             found.append(RecordCheck(f"record:{label}", mu, float(np.mean(z)), len(z), tol, within or reported_only,
                                      DIAGNOSTIC_NOTE if reported_only and not within else ""))

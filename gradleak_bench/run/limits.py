@@ -58,6 +58,12 @@ class PluginLimits:
             answer up to twice what it was sent (the same gradients in float64).
         printed: bytes the plug-in may write to its stdout/stderr during one call (forwarded to the scorer's
             stderr up to the limit). Default 16 MiB.
+        disk: bytes the plug-in may keep in its private cache (the one folder of the host it may write: its
+            auxiliary data and fitted models) and its private /tmp together. Measured by the watchdog about
+            once a second and after every call; past it the call fails naming the limit and the cache is
+            emptied (a plug-in cannot fill the disk; it refits next time). Default 16 GiB: TRACE's learned
+            encoder collects up to 8 GiB of raw gradients by design (docs/trace.md); twice that. A sampled
+            limit: between two measurements a fast writer can overshoot by about a second of its write rate.
     """
 
     fit: float = 4 * 3600.0
@@ -67,6 +73,7 @@ class PluginLimits:
     processes: int = 64
     returned: int = 1 * GiB
     printed: int = 16 * MiB
+    disk: int = 16 * GiB
 
     def __post_init__(self) -> None:
         if not self.memory:
@@ -75,7 +82,7 @@ class PluginLimits:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise GradleakError(f"limit {name} must be a positive number of seconds, not {value!r}")
-        for name in ("memory", "processes", "returned", "printed"):
+        for name in ("memory", "processes", "returned", "printed", "disk"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise GradleakError(f"limit {name} must be a positive integer, not {value!r}")

@@ -72,8 +72,11 @@ class _Sandbox:
     PID namespace nothing can leave it (an orphan is adopted by the namespace's init, bwrap's own), and
     killing that init makes the kernel kill everything in the namespace."""
 
-    def __init__(self, cmd: list[str], pass_fds: tuple[int, ...], limits: PluginLimits, label: str):
-        self.limits, self.label = limits, label
+    def __init__(self, cmd: list[str], pass_fds: tuple[int, ...], limits: PluginLimits, label: str,
+                 cache: Path | None = None):
+        self.limits, self.label, self.cache = limits, label, cache
+        self.peak_disk = 0
+        self._disk_checked = 0.0
         self.violation: tuple[str, str] | None = None  # (limit, message) once the sandbox went over one
         self.op = "load"
         self.printed = 0
@@ -172,6 +175,22 @@ class _Sandbox:
             pass
         return 0
 
+    def disk(self, tree: list[tuple[int, int]]) -> int:
+        """Bytes in the plug-in's private cache plus its private /tmp."""
+        inner = next((pid for pid, depth in tree if depth >= 2), None)
+        return _folder_bytes(self.cache) + (_tmp_used(inner) if inner is not None else 0)
+
+    def check_disk(self, tree: list[tuple[int, int]] | None = None) -> None:
+        """Kill the tree and empty the cache when the plug-in keeps more than ``limits.disk`` bytes."""
+        used = self.disk(self.tree() if tree is None else tree)
+        self.peak_disk = max(self.peak_disk, used)
+        if used > self.limits.disk:
+            self.over("disk", f"exceeded its disk limit of {format_bytes(self.limits.disk)} (its private cache and "
+                              f"/tmp held {format_bytes(used)} during {self.op}; the cache was emptied) "
+                              f"{raise_hint('disk')}")
+            if self.cache is not None:
+                _empty(self.cache)
+
     def check_processes(self) -> None:
         """Kill the tree when it has more processes than allowed (called after every answer too)."""
         n = self.processes()
@@ -196,6 +215,11 @@ class _Sandbox:
                     self.over("memory", f"exceeded its memory limit of {format_bytes(self.limits.memory)} (its "
                                         f"processes held {format_bytes(used)} during {self.op}) {raise_hint('memory')}")
                     return
+                if time.monotonic() - self._disk_checked >= DISK_INTERVAL:  # a folder walk: less often
+                    self._disk_checked = time.monotonic()
+                    self.check_disk(tree)
+                    if self.violation is not None:
+                        return
             except Exception:  # noqa: BLE001  a process that ended between two reads; measured again next time
                 pass
             time.sleep(WATCH_INTERVAL)
@@ -330,6 +354,41 @@ def _pss(pid: int) -> int:
         return 0
 
 
+DISK_INTERVAL = 1.0  # seconds between two walks of a sealed plug-in's cache folder
+
+
+def _folder_bytes(folder: Path | None) -> int:
+    """Bytes allocated under ``folder`` (every file, links not followed; a file gone mid-walk skipped)."""
+    if folder is None:
+        return 0
+    total, stack = 0, [str(folder)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for item in it:
+                    try:
+                        if item.is_dir(follow_symlinks=False):
+                            stack.append(item.path)
+                        else:
+                            total += item.stat(follow_symlinks=False).st_blocks * 512
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return total
+
+
+def _empty(folder: Path) -> None:
+    """Delete what is inside ``folder`` (the folder itself stays: the next start binds it again)."""
+    import shutil
+
+    for item in list(Path(folder).iterdir()) if Path(folder).is_dir() else []:
+        if item.is_dir() and not item.is_symlink():
+            shutil.rmtree(item, ignore_errors=True)
+        else:
+            item.unlink(missing_ok=True)
+
+
 def _tmp_used(pid: int) -> int:
     """The bytes in the sealed process's private /tmp (a tmpfs: memory the plug-in holds). A process whose /tmp is
     still the scorer's has not entered its sandbox yet (bubblewrap mounts the tmpfs after it forks): that disk is
@@ -397,7 +456,7 @@ class PluginProcess:
         cache = plugin_cache(self.kind, self.reference, self.scope)
         cmd = bwrap_command(req_r, rep_w, shown_paths(self.reference), self._hidden, cache, self._staged, self.limits)
         try:
-            self._box = _Sandbox(cmd, (req_r, rep_w), self.limits, self.kind)
+            self._box = _Sandbox(cmd, (req_r, rep_w), self.limits, self.kind, cache)
         except BaseException:
             os.close(req_w)
             os.close(rep_r)
@@ -497,6 +556,8 @@ class PluginProcess:
                                  f"{format_bytes(exc.limit)} per call {raise_hint('returned')}")
             raise self._dead(op) from None
         box.check_processes()
+        if box.violation is None:
+            box.check_disk()  # the watchdog samples: a fast writer is caught here at the latest
         if box.violation is not None:
             raise self._dead(op)
         if not reply.get("ok"):
