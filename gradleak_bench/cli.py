@@ -986,7 +986,9 @@ def leaderboard(
                                              "contains this (repeatable)"),
 ) -> None:
     """Validate every entry and render the leaderboard: README.md (one board per task and reconstructed field,
-    ranked by the leakage over the best gradient-free prior) and a self-contained, sortable index.html."""
+    ranked by the leakage on fresh layouts over the strongest reference -- the stronger of the best
+    gradient-free prior and the swap control -- with its 95% CI and the verdict in words: "leaks", "no leakage
+    shown" or "below the strongest reference") and a self-contained, sortable index.html."""
     from gradleak_bench.leaderboard.render import render
 
     if thumbnails or refresh:
