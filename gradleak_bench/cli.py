@@ -371,8 +371,14 @@ def precheck_params(kind: str, reference: str, params: dict) -> None:
     another package is checked inside its sealed process, as before (importing it here would run its code)."""
     from gradleak_bench import plugins, registry
 
-    if not params or ":" in reference or reference not in registry.builtin(kind):
+    builtin = registry.builtin(kind)
+    if not params or ":" in reference or reference not in builtin:
         return
+    # A mistyped name is refused from the source alone (no torch import: well under 2 s); the types need the class.
+    names = plugins.declared_parameter_names(builtin[reference].target)
+    if names is not None and (unknown := [key for key in params if key not in names]):
+        raise GradleakError(f"{kind} {reference!r} has no parameter {unknown[0]!r} (its parameters: "
+                            f"{', '.join(names) or 'none'})")
     if problem := plugins.parameter_problem(kind, reference, registry.resolve(kind, reference), params):
         raise GradleakError(problem)
 
@@ -509,6 +515,8 @@ def _number(value: object, signed: bool = False) -> str:
     return f"{value:+.4g}" if signed else f"{value:.4g}"
 
 
+from gradleak_bench.metrics.summary import leak_verdict  # noqa: E402  the words W&B and docs share
+
 _KEEP = "\u00a0"  # a space :func:`_wrapped` never breaks at (a CI stays on one line)
 
 
@@ -538,27 +546,6 @@ def field_overview(summary: dict, width: int) -> list[str]:
             text += "; no leakage shown on " + ", ".join(quiet)
         out += _wrapped(text, width, "  ", "      ")
     return out
-
-
-def leak_verdict(leak: dict, higher_is_better: bool, reference: str) -> str:
-    """The headline leakage in words, by the metric's direction: ``leaks: 0.73 better than the strongest
-    reference (swap control), 95% CI [0.69, 0.77]`` when the whole CI is on the better side, else ``no leakage
-    shown`` (the CI reaches 0) or ``below the strongest reference`` (the whole CI on the worse side)."""
-    import math
-
-    sign = 1.0 if higher_is_better else -1.0
-    values = [leak.get(k) for k in ("mean", "ci_low", "ci_high")]
-    if any(not isinstance(v, (int, float)) or not math.isfinite(v) for v in values):
-        return "no leakage shown (the leakage is undefined)"
-    mean, a, b = (sign * float(v) for v in values)
-    low, high = min(a, b), max(a, b)
-    name = "swap control" if reference == "swap_control" else reference.removeprefix("prior:")
-    ci = f"95% CI [{_number(low)}, {_number(high)}]"
-    if low > 0:
-        return f"leaks: {_number(mean)} better than the strongest reference ({name}), {ci}"
-    if high < 0:
-        return f"below the strongest reference ({name}) by {_number(-mean)}, {ci}: no leakage shown"
-    return f"no leakage shown: {_number(mean, True)} against the strongest reference ({name}), {ci} includes 0"
 
 
 def _interval(m: dict, signed: bool = False) -> str:

@@ -173,3 +173,40 @@ def test_a_multi_field_attack_gets_a_one_screen_summary_of_which_fields_leak():
     assert "rgb: leaks on rgb_psnr; no leakage shown on rgb_ssim" in head
     assert "depth: no leakage shown" in head and "action: leaks on action_accuracy" in head
 
+
+
+def test_an_unknown_plugin_parameter_is_refused_from_the_source_without_importing_torch():
+    """An unknown -D/-A name is refused in well under 2 s: read from the plug-in's source, before torch (2 s and
+    more to import on a loaded machine), any process, simulator or folder. Checked by what is imported, not by a
+    clock, so it cannot flake under load."""
+    code = ("import sys\nfrom gradleak_bench.cli import precheck_params\nfrom gradleak_bench.errors import GradleakError\n"
+            "for kind, ref in (('defense', 'none'), ('defense', 'gaussian_noise'), ('attack', 'dlg'), ('attack', 'qgi')):\n"
+            "    try:\n        precheck_params(kind, ref, {'nosuch': 1})\n    except GradleakError as e:\n"
+            "        print(e)\n    else:\n        print('accepted')\n"
+            "print('torch imported' if 'torch' in sys.modules else 'no torch')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "no torch", proc.stdout + proc.stderr
+    assert lines[0] == "defense 'none' has no parameter 'nosuch' (its parameters: none)"
+    assert lines[1] == "defense 'gaussian_noise' has no parameter 'nosuch' (its parameters: sigma, train_noise)"
+    assert lines[2].startswith("attack 'dlg' has no parameter 'nosuch' (its parameters: preset, iterations")
+    assert lines[3].startswith("attack 'qgi' has no parameter 'nosuch'")
+
+
+def test_parameter_names_read_from_the_source_match_every_builtin_signature():
+    """The source reader agrees with the imported class's signature for every built-in plug-in it can read
+    (the rest, e.g. TRACE's **overrides, fall back to importing the class), so a valid name is never refused."""
+    import inspect
+
+    from gradleak_bench import plugins, registry
+
+    read = 0
+    for kind in ("attack", "defense"):
+        for name, spec in registry.builtin(kind).items():
+            static = plugins.declared_parameter_names(spec.target)
+            if static is None:
+                continue
+            signature = inspect.signature(registry.resolve(kind, name)).parameters.values()
+            assert static == [p.name for p in signature if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)], name
+            read += 1
+    assert read >= 15
