@@ -210,3 +210,13 @@ def test_parameter_names_read_from_the_source_match_every_builtin_signature():
             assert static == [p.name for p in signature if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)], name
             read += 1
     assert read >= 15
+
+
+def test_submit_runs_latest_still_works_with_a_folder_per_run(tmp_path):
+    """The README's `submit` on a run folder, through the `latest` link that each run without --out updates."""
+    proc = cli("evaluate", "closed_form", "--wandb", "disabled")
+    assert proc.returncode == 0, proc.stderr
+    latest = _runs() / "latest"
+    submitted = cli("submit", str(latest), "--name", "closed_form", "--authors", "You", "--out", str(tmp_path / "e"))
+    assert submitted.returncode == 0, submitted.stderr
+    assert "entry: " in submitted.stdout + submitted.stderr
