@@ -120,7 +120,10 @@ def _headline(board: Board, e: Entry, shown: Shown) -> tuple[str, float]:
         return "–", -math.inf
     if stat is None:
         return f"– ({shown.verification(e) if str(e.relative_path) not in board.verified else 'no reference'})", -math.inf
-    return f"{_interval(stat)} {verdict(m, stat)}", stat.mean if m.higher_is_better else -stat.mean
+    fresh = board.fresh(e)
+    against = f" vs {_short(fresh.strongest_reference)}:" if fresh is not None and fresh.strongest_reference else ""
+    return (f"{_interval(stat)}{against} {verdict(m, stat)}",  # the verdict last: what the page colours by
+            stat.mean if m.higher_is_better else -stat.mean)
 
 
 VERDICTS = {"leaks": "leaks", "none": "no leakage shown", "below": "below the strongest reference"}
