@@ -761,7 +761,9 @@ def train_defense_cmd(
     """What a defense costs the agent: train the victim on the train layouts with the defense applied to its
     real updates (each minibatch's per-sample gradients are released through the defense and their mean is
     the update), and the undefended victim with the same budget and seed; report val success rate and return
-    of both, the slowdown, and the defense's formal epsilon where it has one.
+    of both with 95% intervals, their difference paired on the same val episodes (defended - undefended, 95% CI;
+    "not resolved" with the --eval-episodes that would resolve it when the CI includes 0), the slowdown, and
+    the defense's formal epsilon where it has one.
 
     Both runs are resumable (re-run the same command) and cached by config hash.
 

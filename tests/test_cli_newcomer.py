@@ -220,3 +220,37 @@ def test_submit_runs_latest_still_works_with_a_folder_per_run(tmp_path):
     submitted = cli("submit", str(latest), "--name", "closed_form", "--authors", "You", "--out", str(tmp_path / "e"))
     assert submitted.returncode == 0, submitted.stderr
     assert "entry: " in submitted.stdout + submitted.stderr
+
+
+def test_train_defense_prints_both_runs_with_intervals_and_the_paired_cost(monkeypatch):
+    """The train-defense command's report, as printed (the training itself is tested in
+    test_defended_training.py; here the command's output for issue 39's case: 24 episodes, 0.333 vs 0.208)."""
+    from typer.testing import CliRunner
+
+    from gradleak_bench import cli as cli_module
+    from gradleak_bench.victims import defended
+    from gradleak_bench.victims.validation import mean_interval
+
+    undefended = [1.0] * 8 + [0.0] * 16  # 0.333
+    defended_success = [1.0] * 5 + [0.0] * 19  # 0.208, the first 5 of the same 8 episodes
+    returns_u, returns_d = [s * 2.0 - 1.0 for s in undefended], [s * 2.0 - 1.0 for s in defended_success]
+
+    def val(success, returns):
+        return {"success_rate": sum(success) / 24, "success_ci95": list(mean_interval(success)),
+                "mean_return": sum(returns) / 24, "return_ci95": list(mean_interval(returns)), "episodes": 24}
+
+    report = {"task": "ActivePerception", "victim": "dqn_compact", "budget": 5000, "seed": 0,
+              "defense": {"name": "head_noise", "params": {"sigma": 0.05}}, "cache_dir": "/tmp/x",
+              "undefended": {"val": val(undefended, returns_u), "steps_per_second": 100.0},
+              "defended": {"val": val(defended_success, returns_d), "steps_per_second": 50.0},
+              "paired_difference": {"success": defended.paired_difference(defended_success, undefended),
+                                    "return": defended.paired_difference(returns_d, returns_u)}}
+    monkeypatch.setattr(defended, "train_defense", lambda *a, **k: report)
+    result = CliRunner().invoke(cli_module.app, ["train-defense", "none", "--task", "ActivePerception",
+                                                 "--victim", "dqn_compact", "--budget", "5000"],
+                                env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "val success [95% CI]" in text and "0.333 [" in text and "0.208 [" in text
+    assert ("cost in val success (defended - undefended, paired on the same 24 episodes): -0.125, 95% CI [" in text)
+    assert "not resolved (the CI includes 0); about --eval-episodes" in text
