@@ -254,3 +254,15 @@ def test_train_defense_prints_both_runs_with_intervals_and_the_paired_cost(monke
     assert "val success [95% CI]" in text and "0.333 [" in text and "0.208 [" in text
     assert ("cost in val success (defended - undefended, paired on the same 24 episodes): -0.125, 95% CI [" in text)
     assert "not resolved (the CI includes 0); about --eval-episodes" in text
+
+
+def test_qgi_run_opens_with_which_fields_leak_before_the_metric_blocks():
+    """A real QGI run (2 episodes, 5 optimisation steps a stage: seconds) prints the field summary first."""
+    proc = cli("evaluate", "qgi", "--task", "ActivePerception", "--victim", "dqn", "--episodes", "2",
+               "-A", "stage1=5", "-A", "stage2=5", "--wandb", "disabled")
+    assert proc.returncode == 0, proc.stderr
+    head, _, blocks = proc.stdout.partition("action_accuracy  ")
+    assert "which fields leak (each metric against its strongest reference, 95% CI):" in head, proc.stdout
+    for field in ("action", "rgb", "depth", "bbox"):
+        assert re.search(rf"^  {field}: (leaks on |no leakage shown)", head, re.M), head
+    assert "verdict" in blocks and "95% CI" in blocks
