@@ -318,6 +318,7 @@ def evaluate(
     own_folder = out is None  # each run without --out gets a folder of its own: none overwrites another
     if out is not None:
         check_out_folder(out)
+    new_folder = own_folder or not Path(out).exists()  # made by this run: a failure before scoring removes it
     out = out or new_run_dir(Path(attack.split(":")[-1]).stem)
     config = EvaluateConfig(
         attack=attack, task=task, victim=victim, checkpoint=checkpoint, defense=defense, split=split,
@@ -343,7 +344,7 @@ def evaluate(
         point_latest(Path(out)) if own_folder and Path(out).is_dir() else None
         raise typer.Exit(130) from None
     except BaseException:
-        if own_folder:
+        if new_folder:
             _drop_if_empty(Path(out))  # a run that failed before scoring anything leaves no folder behind
         raise
     if own_folder:

@@ -266,3 +266,16 @@ def test_qgi_run_opens_with_which_fields_leak_before_the_metric_blocks():
     for field in ("action", "rgb", "depth", "bbox"):
         assert re.search(rf"^  {field}: (leaks on |no leakage shown)", head, re.M), head
     assert "verdict" in blocks and "95% CI" in blocks
+
+
+def test_a_file_defense_with_an_unknown_parameter_leaves_no_folder_at_a_new_out(tmp_path):
+    """A plug-in from a file is checked inside its sealed process (importing it here would run its code), so the
+    run has started; the --out folder it made is removed again, nothing having been scored."""
+    defense = tmp_path / "noise.py"
+    defense.write_text("from typing import ClassVar\n\n\nclass Noise:\n    name: ClassVar[str] = 'noise'\n\n"
+                       "    def __init__(self, sigma: float = 0.1):\n        self.sigma = sigma\n\n"
+                       "    def release(self, gradients, rng):\n        return gradients\n")
+    out = tmp_path / "run"
+    proc = cli("evaluate", "closed_form", "--defense", f"{defense}:Noise", "-D", "nosuch=1", "--out", str(out))
+    assert proc.returncode == 2 and "has no parameter 'nosuch' (its parameters: sigma)" in proc.stderr, proc.stderr
+    assert not out.exists()
