@@ -311,7 +311,7 @@ def evaluate(
     if wandb not in ("offline", "online", "disabled"):
         raise GradleakError(f"--wandb must be offline, online or disabled, not {wandb!r}")
     if episodes is not None and episodes < 1:
-        raise GradleakError(f"--episodes must be at least 1, got {episodes}")
+        raise GradleakError(f"--episodes must be a positive integer (1 or more), got {episodes}")
     attack_params, defense_params = plugins.parse_params(attack_param), plugins.parse_params(defense_param)
     precheck_params("attack", attack, attack_params)
     precheck_params("defense", defense, defense_params)
@@ -380,7 +380,14 @@ def precheck_params(kind: str, reference: str, params: dict) -> None:
     if names is not None and (unknown := [key for key in params if key not in names]):
         raise GradleakError(f"{kind} {reference!r} has no parameter {unknown[0]!r} (its parameters: "
                             f"{', '.join(names) or 'none'})")
-    if problem := plugins.parameter_problem(kind, reference, registry.resolve(kind, reference), params):
+    factory = registry.resolve(kind, reference)
+    if problem := plugins.parameter_problem(kind, reference, factory, params):
+        try:  # the plug-in's own check says more (the range as well as the type): the package's own code
+            factory(**params)
+        except GradleakError as exc:
+            raise GradleakError(f"{kind} {reference!r}: {exc}") from None
+        except Exception:  # noqa: BLE001  it has no check of its own for this: the signature's words stand
+            pass
         raise GradleakError(problem)
 
 
