@@ -214,7 +214,8 @@ def test_official_is_recomputed_never_believed(monkeypatch, tmp_path):
     verified = {str(honest.relative_path): committed, str(forged.relative_path): committed}
     md = render_markdown([forged, honest], Shown([forged, honest], {}, verified))
     rows = [line for line in md.splitlines() if line.startswith(("| 1 |", "| – |"))]
-    assert rows[0].startswith("| 1 | honest") and rows[1].startswith("| – | closed") and "no (unranked)" in rows[1]
+    assert rows[0].startswith("| 1 | honest") and rows[1].startswith("| – | closed")
+    assert "no (unranked)" in rows[3] and rows[3].startswith("| – | closed")  # the details table, same order
     monkeypatch.setattr(splits, "official_identity", lambda key, version="v0": None)
     assert "records no identity" in checks.official_problem(entry)
 
