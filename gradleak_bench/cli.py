@@ -311,13 +311,14 @@ def evaluate(
     if wandb not in ("offline", "online", "disabled"):
         raise GradleakError(f"--wandb must be offline, online or disabled, not {wandb!r}")
     if episodes is not None and episodes < 1:
-        raise GradleakError(f"--episodes must be at least 1, got {episodes}")
+        raise GradleakError(f"--episodes must be a positive integer (1 or more), got {episodes}")
     attack_params, defense_params = plugins.parse_params(attack_param), plugins.parse_params(defense_param)
     precheck_params("attack", attack, attack_params)
     precheck_params("defense", defense, defense_params)
     own_folder = out is None  # each run without --out gets a folder of its own: none overwrites another
     if out is not None:
         check_out_folder(out)
+    new_folder = own_folder or not Path(out).exists()  # made by this run: a failure before scoring removes it
     out = out or new_run_dir(Path(attack.split(":")[-1]).stem)
     config = EvaluateConfig(
         attack=attack, task=task, victim=victim, checkpoint=checkpoint, defense=defense, split=split,
@@ -343,7 +344,7 @@ def evaluate(
         point_latest(Path(out)) if own_folder and Path(out).is_dir() else None
         raise typer.Exit(130) from None
     except BaseException:
-        if own_folder:
+        if new_folder:
             _drop_if_empty(Path(out))  # a run that failed before scoring anything leaves no folder behind
         raise
     if own_folder:
@@ -371,9 +372,22 @@ def precheck_params(kind: str, reference: str, params: dict) -> None:
     another package is checked inside its sealed process, as before (importing it here would run its code)."""
     from gradleak_bench import plugins, registry
 
-    if not params or ":" in reference or reference not in registry.builtin(kind):
+    builtin = registry.builtin(kind)
+    if not params or ":" in reference or reference not in builtin:
         return
-    if problem := plugins.parameter_problem(kind, reference, registry.resolve(kind, reference), params):
+    # A mistyped name is refused from the source alone (no torch import: well under 2 s); the types need the class.
+    names = plugins.declared_parameter_names(builtin[reference].target)
+    if names is not None and (unknown := [key for key in params if key not in names]):
+        raise GradleakError(f"{kind} {reference!r} has no parameter {unknown[0]!r} (its parameters: "
+                            f"{', '.join(names) or 'none'})")
+    factory = registry.resolve(kind, reference)
+    if problem := plugins.parameter_problem(kind, reference, factory, params):
+        try:  # the plug-in's own check says more (the range as well as the type): the package's own code
+            factory(**params)
+        except GradleakError as exc:
+            raise GradleakError(f"{kind} {reference!r}: {exc}") from None
+        except Exception:  # noqa: BLE001  it has no check of its own for this: the signature's words stand
+            pass
         raise GradleakError(problem)
 
 
@@ -509,6 +523,8 @@ def _number(value: object, signed: bool = False) -> str:
     return f"{value:+.4g}" if signed else f"{value:.4g}"
 
 
+from gradleak_bench.metrics.summary import leak_verdict  # noqa: E402  the words W&B and docs share
+
 _KEEP = "\u00a0"  # a space :func:`_wrapped` never breaks at (a CI stays on one line)
 
 
@@ -538,27 +554,6 @@ def field_overview(summary: dict, width: int) -> list[str]:
             text += "; no leakage shown on " + ", ".join(quiet)
         out += _wrapped(text, width, "  ", "      ")
     return out
-
-
-def leak_verdict(leak: dict, higher_is_better: bool, reference: str) -> str:
-    """The headline leakage in words, by the metric's direction: ``leaks: 0.73 better than the strongest
-    reference (swap control), 95% CI [0.69, 0.77]`` when the whole CI is on the better side, else ``no leakage
-    shown`` (the CI reaches 0) or ``below the strongest reference`` (the whole CI on the worse side)."""
-    import math
-
-    sign = 1.0 if higher_is_better else -1.0
-    values = [leak.get(k) for k in ("mean", "ci_low", "ci_high")]
-    if any(not isinstance(v, (int, float)) or not math.isfinite(v) for v in values):
-        return "no leakage shown (the leakage is undefined)"
-    mean, a, b = (sign * float(v) for v in values)
-    low, high = min(a, b), max(a, b)
-    name = "swap control" if reference == "swap_control" else reference.removeprefix("prior:")
-    ci = f"95% CI [{_number(low)}, {_number(high)}]"
-    if low > 0:
-        return f"leaks: {_number(mean)} better than the strongest reference ({name}), {ci}"
-    if high < 0:
-        return f"below the strongest reference ({name}) by {_number(-mean)}, {ci}: no leakage shown"
-    return f"no leakage shown: {_number(mean, True)} against the strongest reference ({name}), {ci} includes 0"
 
 
 def _interval(m: dict, signed: bool = False) -> str:
@@ -774,7 +769,9 @@ def train_defense_cmd(
     """What a defense costs the agent: train the victim on the train layouts with the defense applied to its
     real updates (each minibatch's per-sample gradients are released through the defense and their mean is
     the update), and the undefended victim with the same budget and seed; report val success rate and return
-    of both, the slowdown, and the defense's formal epsilon where it has one.
+    of both with 95% intervals, their difference paired on the same val episodes (defended - undefended, 95% CI;
+    "not resolved" with the --eval-episodes that would resolve it when the CI includes 0), the slowdown, and
+    the defense's formal epsilon where it has one.
 
     Both runs are resumable (re-run the same command) and cached by config hash.
 
@@ -1036,7 +1033,9 @@ def leaderboard(
                                              "contains this (repeatable)"),
 ) -> None:
     """Validate every entry and render the leaderboard: README.md (one board per task and reconstructed field,
-    ranked by the leakage over the best gradient-free prior) and a self-contained, sortable index.html."""
+    ranked by the leakage on fresh layouts over the strongest reference -- the stronger of the best
+    gradient-free prior and the swap control -- with its 95% CI and the verdict in words: "leaks", "no leakage
+    shown" or "below the strongest reference") and a self-contained, sortable index.html."""
     from gradleak_bench.leaderboard.render import render
 
     if thumbnails or refresh:

@@ -214,3 +214,85 @@ def parse_params(pairs: list[str] | None) -> dict[str, Any]:
         except json.JSONDecodeError:
             params[key] = value
     return params
+
+
+def declared_parameter_names(target: str) -> list[str] | None:
+    """The constructor parameter names of a built-in plug-in class ``module:Class``, read from its source
+    without importing it (a built-in attack or defense imports torch: 2 s and more on a loaded machine, too long
+    to refuse a mistyped ``-D`` name). Base classes and re-exports are followed through ``from ... import``
+    into other modules. None whenever the source does not say it plainly (``*args``/``**kwargs``, a decorator
+    other than ``dataclass``, a name it cannot trace): the caller then imports the class and reads its
+    signature."""
+    module, _, name = target.partition(":")
+    return _declared_names(module, name, 0)
+
+
+def _module_tree(module: str) -> tuple[Any, bool] | None:
+    """(the parsed source, whether it is a package) of ``module``, found without running it; None if not."""
+    import ast
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            return None
+        with open(spec.origin, encoding="utf-8") as f:
+            return ast.parse(f.read()), spec.submodule_search_locations is not None
+    except (ImportError, OSError, SyntaxError, ValueError):
+        return None
+
+
+def _declared_names(module: str, name: str, depth: int) -> list[str] | None:
+    import ast
+
+    parsed = _module_tree(module) if depth < 8 else None
+    if parsed is None:
+        return None
+    tree, is_package = parsed
+    package = module if is_package else module.rpartition(".")[0]
+    imported = {}  # a name this module imports from another: (module, name there)
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                imported[alias.asname or alias.name] = (base, alias.name)
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+
+    def elsewhere(class_name: str) -> list[str] | None:
+        if class_name in imported:
+            return _declared_names(*imported[class_name], depth + 1)
+        return None
+
+    node = classes.get(name)
+    if node is None:
+        return elsewhere(name)
+    decorators = [d.func if isinstance(d, ast.Call) else d for d in node.decorator_list]
+    plain = [d.id if isinstance(d, ast.Name) else d.attr if isinstance(d, ast.Attribute) else None for d in decorators]
+    if any(p != "dataclass" for p in plain):
+        return None  # another decorator may change the constructor
+    init = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    if init is not None:
+        args = init.args
+        if args.vararg or args.kwarg:
+            return None
+        return [a.arg for a in (args.posonlyargs + args.args)[1:] + args.kwonlyargs]
+    inherited: list[str] = []
+    for base in node.bases:  # no __init__ of its own: the first base with parameters decides, then the fields
+        base_name = base.id if isinstance(base, ast.Name) else None
+        if base_name in ("object", "Protocol", "ABC"):
+            continue
+        if base_name is None:
+            return None
+        found = (_declared_names(module, base_name, depth + 1) if base_name in classes else elsewhere(base_name))
+        if found is None:
+            return None
+        inherited = found
+        break
+    if not plain:
+        return inherited
+    own = [s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+           and "ClassVar" not in ast.unparse(s.annotation)]
+    return inherited + [n for n in own if n not in inherited]

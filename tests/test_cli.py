@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -170,8 +172,8 @@ def test_list_and_every_help_read_at_80_columns_in_a_pipe():
 
 
 def test_a_run_without_out_writes_nothing_into_the_working_tree_and_reads_at_80_columns(tmp_path):
-    """Run from the repository root without --out: the results go to $GRADLEAK_BENCH_RUNS/latest (the tests'
-    temp dir, tests/conftest.py), nothing new appears in the tree; the output fits 80 columns in a pipe; the
+    """Run from the repository root without --out: the results go to a folder of their own under
+    $GRADLEAK_BENCH_RUNS (the tests' temp dir, tests/conftest.py), linked as latest; nothing new appears in the tree; the output fits 80 columns in a pipe; the
     unsealed notice is one plain line; every file the run writes is strict JSON."""
     def tree() -> set[str]:
         status = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=REPO,
@@ -184,8 +186,11 @@ def test_a_run_without_out_writes_nothing_into_the_working_tree_and_reads_at_80_
                    "--unsealed", cwd=REPO)
     assert result.returncode == 0, result.stderr
     assert tree() == before
-    out = os.path.join(os.environ["GRADLEAK_BENCH_RUNS"], "latest")
-    assert f"results: {out}/results.json" in result.stdout
+    # a folder of its own under $GRADLEAK_BENCH_RUNS, said first, and runs/latest points at it
+    folder = re.search(r"^run folder: (\S+)$", result.stdout, re.M).group(1)
+    assert Path(folder).parent == Path(os.environ["GRADLEAK_BENCH_RUNS"])
+    assert Path(os.environ["GRADLEAK_BENCH_RUNS"], "latest").resolve() == Path(folder).resolve()
+    assert f"results: {folder}/results.json" in " ".join(result.stdout.split())
     _fits(result.stdout)
     for name in ("action_accuracy  ", "action_hist_tv  ", "  best prior     ", "  swap control   "):
         assert name in result.stdout, name
@@ -196,9 +201,9 @@ def test_a_run_without_out_writes_nothing_into_the_working_tree_and_reads_at_80_
     def strict(text: str):
         return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
 
-    summary = strict(open(os.path.join(out, "results.json")).read())
+    summary = strict(open(os.path.join(folder, "results.json")).read())
     assert summary["sealed"] is False and summary["n_episodes"] == 2
-    rows = [strict(line) for line in open(os.path.join(out, "episodes.jsonl")).read().splitlines()]
+    rows = [strict(line) for line in open(os.path.join(folder, "episodes.jsonl")).read().splitlines()]
     assert len(rows) == 2
 
 

@@ -214,7 +214,8 @@ def test_official_is_recomputed_never_believed(monkeypatch, tmp_path):
     verified = {str(honest.relative_path): committed, str(forged.relative_path): committed}
     md = render_markdown([forged, honest], Shown([forged, honest], {}, verified))
     rows = [line for line in md.splitlines() if line.startswith(("| 1 |", "| – |"))]
-    assert rows[0].startswith("| 1 | honest") and rows[1].startswith("| – | closed") and "no (unranked)" in rows[1]
+    assert rows[0].startswith("| 1 | honest") and rows[1].startswith("| – | closed")
+    assert "no (unranked)" in rows[3] and rows[3].startswith("| – | closed")  # the details table, same order
     monkeypatch.setattr(splits, "official_identity", lambda key, version="v0": None)
     assert "records no identity" in checks.official_problem(entry)
 
@@ -577,7 +578,8 @@ def test_abstaining_cannot_rank_first_and_its_failed_frames_are_shown(tmp_path, 
     # on 3 fresh layouts each the two may tie (1=): ranked all the same, closed_form first by its leakage
     ranked = [line for line in section.splitlines() if line.startswith(("| 1 |", "| 1= |", "| 2 |"))]
     assert "closed\\_form" in ranked[0] and "abstainer" in ranked[1]
-    assert "| 192 / 384 |" in ranked[1] and "| 0 / 384 |" in ranked[0]
+    details = ranked[2:]  # the second table (details), in the same order
+    assert "| 192 / 384 |" in details[1] and "| 0 / 384 |" in details[0]
 
 
 
@@ -588,9 +590,10 @@ def test_markdown_has_one_sorted_board_per_task_and_field_with_failed_frames():
     for task in ("PointNav", "ActivePerception"):
         assert f"## {task}: actions" in md and f"## {task}: RGB" in md
     section = md.split("## ActivePerception: actions")[1].split("##")[0]
-    header = next(line for line in section.splitlines() if line.startswith("| #"))
-    assert "| failed frames |" in header
-    rows = [line for line in section.splitlines() if line.startswith("| ") and "closed" in line
+    header, details = [line for line in section.splitlines() if line.startswith("| #")]
+    assert "| failed frames |" in details and "failed frames" not in header  # the second table
+    main_table = section.split("Details (")[0]
+    rows = [line for line in main_table.splitlines() if line.startswith("| ") and "closed" in line
             and not line.startswith("| –")]
     assert "leakage on fresh layouts vs strongest reference" in header.split("|")[5]  # the ranking key
     # ranks respect ties (boards.TIE_RULE): non-decreasing, and by leakage within one rank
@@ -649,13 +652,62 @@ def test_page_in_headless_chromium_shows_every_entry_and_sorts(tmp_path):
         table = dom.split(f'id="{table_id}"')[1].split("</table>")[0]
         assert re.findall(r'<tr data-entry="([^"]+)"', table) == rows
         n_columns = len(re.findall(r"<th[ >]", table))
-        assert len(re.findall(r"<td[ >]", table)) == len(rows) * n_columns and n_columns > 10
+        assert n_columns == 6  # rank, attack, victim, defense, leakage, frames; the rest in each details row
+        assert len(re.findall(r"<td[ >]", table)) == len(rows) * (n_columns + 1)
+        assert len(re.findall(r"<details>", table)) == len(rows) and "failed frames" in table
     # the page's own sort function (what a header click calls), applied from the URL: column 0 (#), descending
     table_id = "board-PointNav-action"
     dom = _chromium_dom(page.as_uri() + f"#sort={table_id}:0:desc", tmp_path)
     table = dom.split(f'id="{table_id}"')[1].split("</table>")[0]
     assert re.findall(r'<tr data-entry="([^"]+)"', table) == expected[table_id][::-1]
     assert '<th class="desc">#</th>' in table
+
+
+@pytest.mark.skipif(not (shutil.which("chromium") or shutil.which("chromium-browser")),
+                    reason="headless Chromium is not installed (Debian: apt-get install chromium)")
+def test_page_at_1400_px_shows_rank_attack_victim_leakage_and_frames_without_horizontal_scroll(tmp_path):
+    """The page laid out by Chromium in a 1,400 px window: the document is no wider than the window, and each
+    board's first columns are the rank, attack, victim, defense, the ranked leakage and the frames."""
+    _, page = render(ENTRIES, tmp_path / "site")
+    probe = tmp_path / "probe.html"  # the page plus a script that writes its laid-out widths into the DOM
+    probe.write_text(page.read_text().replace("</body>", """<script>
+window.addEventListener('load', function () {
+  var b = document.body, w = [];
+  b.setAttribute('data-scroll-width', document.documentElement.scrollWidth);
+  document.querySelectorAll('table.board').forEach(function (t) { w.push(t.getBoundingClientRect().right); });
+  b.setAttribute('data-board-right', Math.max.apply(null, w));
+  b.setAttribute('data-thumbs', document.querySelectorAll('img.thumb').length);
+});
+</script></body>"""))
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    dom = subprocess.run(
+        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+         f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,1000", "--virtual-time-budget=5000",
+         "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    width = int(re.search(r'data-scroll-width="(\d+)"', dom).group(1))
+    assert width <= 1400, f"the page is {width} px wide at 1,400 px: it scrolls horizontally"
+    assert float(re.search(r'data-board-right="([\d.]+)"', dom).group(1)) <= 1400
+    assert int(re.search(r'data-thumbs="(\d+)"', dom).group(1)) > 0  # thumbnails laid out inside that width
+    for table in re.findall(r'<table class="board"[^>]*>(.*?)</thead>', dom, re.S):
+        titles = re.findall(r"<th[^>]*>([^<]*)</th>", table)
+        assert titles[:4] == ["#", "attack", "victim", "defense"] and titles[4].startswith("leakage on fresh")
+        assert titles[5].startswith("frames")
+
+
+def test_rendered_leaderboard_links_only_what_exists_beside_it():
+    """README.md and index.html stand alone: every relative link resolves inside the rendered folder (no
+    ``../docs``); the docs are named, not linked (the project states no public address)."""
+    folder = ROOT / "leaderboard"
+    md = (folder / "README.md").read_text()
+    page = (folder / "index.html").read_text()
+    links = re.findall(r"\]\(([^)#\s]+)\)", md) + re.findall(r'href="([^"#]+)"', page)
+    assert links, "expected the thumbnails and index.html to be linked"
+    for link in links:
+        if re.match(r"[a-z]+:", link):
+            continue  # an absolute address (an entry's paper or code)
+        assert not link.startswith(("../", "/")), link
+        assert (folder / link).exists(), f"{link} does not exist beside the rendered README.md"
+    assert "docs/leaderboard.md" in md and "../docs" not in md + page
 
 
 def test_a_sequence_attack_entry_keeps_its_data_protocol():

@@ -241,7 +241,8 @@ def test_without_isolation_the_default_run_is_unsealed_and_says_so(tmp_path, mon
 
 
 def test_wandb_summary_names_the_headline_and_the_control(tmp_path):
-    """W&B's summary carries the leakage over the best prior (the headline) and the swap control's, each named."""
+    """W&B's summary carries the headline (the leakage over the strongest reference, named, and the CLI's verdict
+    in the same words), the leakage over the best prior and the swap control's, each named."""
     from gradleak_bench.run.tracking import _flat_summary
 
     result = _run(tmp_path, episodes=3)
@@ -251,3 +252,7 @@ def test_wandb_summary_names_the_headline_and_the_control(tmp_path):
     assert logged["action_accuracy/best_prior"] == acc["best_prior"]
     assert logged["action_accuracy/best_prior_score"] == pytest.approx(acc["references"][acc["best_prior"]]["mean"])
     assert logged["action_accuracy/leakage_vs_control"] == pytest.approx(acc["leakage"]["mean"])
+    assert logged["action_accuracy/strongest_reference"] == acc["strongest_reference"]
+    verdict = logged["action_accuracy/verdict"]
+    assert verdict.startswith(("leaks: ", "no leakage shown", "below the strongest reference")) and "95% CI [" in verdict
+    assert "strongest reference (" in verdict

@@ -24,7 +24,9 @@ from gradleak_bench.leaderboard.schema import Entry, load_entries
 from gradleak_bench.run.results import Interval, MetricResult
 
 THUMBNAIL_LINK_ROOT = "thumbnails"
-"""README.md links thumbnails relative to its own folder (``leaderboard/``), wherever it is rendered to."""
+"""README.md links thumbnails relative to its own folder (``leaderboard/``), wherever it is rendered to. The page
+links nothing else outside its folder: no ``../docs`` link (it breaks once the folder is published on its own, and
+the project states no public address to make absolute links from); the docs are named in code text instead."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ def columns(board: Board, shown: Shown) -> list[Column]:
                user=True),
         Column("victim", [(f"{e.victim} @ {e.checkpoint}", f"{e.victim} {e.checkpoint}") for e in rows]),
         Column("defense", [(_defense(e), _defense(e)) for e in rows], user=True),
-        Column(f"leakage on fresh layouts vs strongest reference ({metric})",
+        Column(f"leakage on fresh layouts vs strongest reference ({metric}), 95% CI",
                [_headline(board, e, shown) for e in rows]),
         Column("strongest reference (fresh layouts)", [_reference(f) for f in fresh]),
         Column("frames (truth / reconstruction / best prior)", [("", "") for _ in rows],
@@ -115,10 +117,13 @@ def _headline(board: Board, e: Entry, shown: Shown) -> tuple[str, float]:
         return "–", -math.inf
     if stat is None:
         return f"– ({shown.verification(e) if str(e.relative_path) not in board.verified else 'no reference'})", -math.inf
-    return f"{_interval(stat)} {verdict(m, stat)}", stat.mean if m.higher_is_better else -stat.mean
+    fresh = board.fresh(e)
+    against = f" vs {_short(fresh.strongest_reference)}:" if fresh is not None and fresh.strongest_reference else ""
+    return (f"{_interval(stat)}{against} {verdict(m, stat)}",  # the verdict last: what the page colours by
+            stat.mean if m.higher_is_better else -stat.mean)
 
 
-VERDICTS = {"leaks": "leaks", "none": "no leakage shown", "below": "below the reference"}
+VERDICTS = {"leaks": "leaks", "none": "no leakage shown", "below": "below the strongest reference"}
 
 
 def verdict(m: MetricResult, stat: Interval) -> str:
@@ -228,12 +233,12 @@ MARKDOWN_HEAD = f"""# Leaderboard
 One board per task and reconstructed field. Each entry is an (attack, victim checkpoint, defense), produced by
 `gradleak-bench evaluate` on the public held-out test split, turned into an entry by `gradleak-bench submit`
 and **ranked only once `gradleak-bench verify` has scored its code on fresh layouts** drawn after the code was
-fixed ([docs/leaderboard.md](../docs/leaderboard.md)). The public split is regenerable by anyone, so its
+fixed (the rules: `docs/leaderboard.md` in the gradleak-bench repository). The public split is regenerable by anyone, so its
 numbers are development numbers, shown beside, never ranked.
 
 - **Leakage on fresh layouts vs strongest reference** (the ranking): the field's headline metric minus the
   strongest reference, the better of the best gradient-free prior fitted on train layouts (the mean frame, the
-  majority action, the mean path, ...; [docs/priors.md](../docs/priors.md)) and the swap control (the same attack
+  majority action, the mean path, ...; `docs/priors.md`) and the swap control (the same attack
   fed another layout's gradients), paired per fresh layout, mean and 95% bootstrap CI, every number from the
   verifier's own run (`verified/`). Above 0 in the metric's better direction (for an error, below 0 is better),
   with a CI that excludes 0: the gradient told the attacker more than it could guess without it.
@@ -309,12 +314,22 @@ def render_markdown(entries: list[Entry], shown: Shown | None = None) -> str:
                          f"| {lead} | {leaks} |")
     for board in all_boards:
         cols = columns(board, shown)
+        main, detail = split_columns(cols)
         parts.append(f"\n## {board.task}: {board.title}\n\nRanked by `{board.metric}` leakage on fresh layouts vs "
-                     f"the strongest reference; ties share a rank.{round_note(board)}\n")
-        parts.append("| " + " | ".join(c.title for c in cols) + " | links |")
-        parts.append("|" + "---|" * (len(cols) + 1))
+                     f"the strongest reference (mean [95% CI] and the verdict in words); ties share a rank."
+                     f"{round_note(board)}\n")
+        parts.append("| " + " | ".join(c.title for c in main) + " |")
+        parts.append("|" + "---|" * len(main))
         for i, e in enumerate(board.entries):
-            parts.append("| " + " | ".join(_cell_md(c, i) for c in cols) + f" | {_links(e)} |")
+            parts.append("| " + " | ".join(_cell_md(c, i) for c in main) + " |")
+        # the rest in a second table, keyed by rank and attack, so the first one fits a screen
+        keyed = [cols[0], cols[1]] + detail
+        parts.append(f"\nDetails ({board.task}: {board.title}): the references, the public split, the field's "
+                     "other metrics, cost and provenance.\n")
+        parts.append("| " + " | ".join(c.title for c in keyed) + " | links |")
+        parts.append("|" + "---|" * (len(keyed) + 1))
+        for i, e in enumerate(board.entries):
+            parts.append("| " + " | ".join(_cell_md(c, i) for c in keyed) + f" | {_links(e)} |")
     from gradleak_bench.leaderboard import defense_board
 
     parts += defense_board.markdown(defense_board.defense_boards(all_boards, shown.utility), _interval)
@@ -329,18 +344,23 @@ h1 { font-size: 1.6em; } h2 { font-size: 1.2em; margin-top: 1.8em; }
 p.note, ul.note { max-width: 62em; color: #444; }
 table { border-collapse: collapse; margin: .6em 0 1.2em; }
 th, td { border: 1px solid #d0d7de; padding: .3em .6em; text-align: left; white-space: nowrap; vertical-align: middle; }
-th { background: #f3f5f7; cursor: pointer; user-select: none; }
+th { background: #f3f5f7; cursor: pointer; user-select: none; white-space: normal; max-width: 16em; }
+td.text { white-space: normal; max-width: 16em; overflow-wrap: anywhere; }
 th:hover { background: #e6eaef; }
 th.asc::after { content: " \\25B2"; } th.desc::after { content: " \\25BC"; }
-tbody tr:nth-child(even) { background: #fafbfc; }
+tbody.entry:nth-of-type(even) > tr { background: #fafbfc; }
 td.num { font-variant-numeric: tabular-nums; }
 td.lead { font-weight: 600; }
 td.v-leaks { background: #dff3e3; } td.v-none { background: #f2f2f2; color: #555; }
 td.v-below { background: #fbe3e3; }
 table.summary th { cursor: default; }
-div.scroll { overflow-x: auto; }
-img.thumb { image-rendering: pixelated; display: block; max-height: 200px; }
-div.acts { font-family: ui-monospace, monospace; font-size: 12px; }
+img.thumb { image-rendering: pixelated; display: block; max-height: 200px; max-width: 420px; }
+td.frames { white-space: normal; max-width: 420px; }
+tr.details > td { background: #fff; white-space: normal; border-top: none; }
+tr.details summary { cursor: pointer; color: #0550ae; font-size: 13px; }
+tr.details dl { display: grid; grid-template-columns: max-content 1fr; gap: .15em 1em; margin: .4em 0; }
+tr.details dt { color: #555; } tr.details dd { margin: 0; font-variant-numeric: tabular-nums; }
+div.acts { font-family: ui-monospace, monospace; font-size: 12px; white-space: normal; }
 span.act { display: inline-block; min-width: 1.1em; text-align: center; background: #e8f0e8; margin: 0 1px; }
 span.act.wrong { background: #f6d5d5; }
 span.sep { color: #999; margin: 0 .3em; }
@@ -348,9 +368,9 @@ span.sep { color: #999; margin: 0 .3em; }
 
 JS = """
 function sortTable(table, col, dir) {
-  var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
-  rows.sort(function (a, b) {
-    var ca = a.cells[col], cb = b.cells[col], c;
+  var groups = Array.prototype.slice.call(table.tBodies);
+  groups.sort(function (a, b) {
+    var ca = a.rows[0].cells[col], cb = b.rows[0].cells[col], c;
     if (ca.hasAttribute('data-n') && cb.hasAttribute('data-n')) {
       c = parseFloat(ca.getAttribute('data-n')) - parseFloat(cb.getAttribute('data-n'));
     } else {
@@ -359,7 +379,7 @@ function sortTable(table, col, dir) {
     }
     return dir === 'asc' ? c : -c;
   });
-  rows.forEach(function (r) { body.appendChild(r); });
+  groups.forEach(function (g) { table.appendChild(g); });
   Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th, i) {
     th.classList.remove('asc', 'desc'); if (i === col) { th.classList.add(dir); }
   });
@@ -387,8 +407,11 @@ regenerate: shown, never ranked.</li>
 <li><b>Frames</b>: {html.escape(thumbnails.RULE)}; rows truth, reconstruction, best prior (paths: truth black,
 reconstruction red, prior blue), recomputed by re-running the entry's code sealed.</li>
 <li>Only entries on the official split whose verification record is signed by a key in <code>keys/</code> are
-ranked; click a column header to sort by it.</li>
-<li><b>Ties</b>: {html.escape(TIE_RULE)}</li></ul>"""
+ranked; click a column header to sort by it. Each entry's <b>details</b> row opens the references, the public
+split, the field's other metrics, cost and provenance.</li>
+<li><b>Ties</b>: {html.escape(TIE_RULE)}</li>
+<li>The rules in full: <code>docs/leaderboard.md</code> in the gradleak-bench repository (this page links only to
+what travels with it).</li></ul>"""
 
 
 def round_note(board: Board) -> str:
@@ -426,29 +449,36 @@ def render_html(entries: list[Entry], shown: Shown | None = None) -> str:
         body.append("</tbody></table>")
     for board in all_boards:
         cols = columns(board, shown)
+        main, detail = split_columns(cols)
+        ranking = next(j for j, c in enumerate(main) if _is_ranking(c))
         body.append(f"<h2>{esc(board.task)}: {esc(board.title)} <small>(ranked by <code>{esc(board.metric)}</code> "
                     f"leakage on fresh layouts vs the strongest reference; ties share a rank)</small></h2>")
         if note := round_note(board):
             body.append(f'<p class="note">{esc(note.strip())}</p>')
-        body.append('<div class="scroll">')
+        # One <tbody> per entry: its row, then its details (an expandable row); sorting moves them together.
         body.append(f'<table class="board" id="{esc(board.id)}"><thead><tr>'
-                    + "".join(f"<th>{esc(c.title)}</th>" for c in cols) + "<th>links</th></tr></thead><tbody>")
+                    + "".join(f"<th>{esc(c.title)}</th>" for c in main) + "</tr></thead>")
         for i, e in enumerate(board.entries):
             cells = []
-            for j, c in enumerate(cols):
+            for j, c in enumerate(main):
                 text, key = c.cells[i]
-                lead = (" lead " + _verdict_class(text)) if j == 4 else ""  # the ranking column
+                lead = (" lead " + _verdict_class(text)) if j == ranking else ""
                 if c.markup is not None:
-                    cells.append(f'<td data-v="">{c.markup[i][1]}</td>')
+                    cells.append(f'<td class="frames" data-v="">{c.markup[i][1]}</td>')
                 elif isinstance(key, float):  # missing values sort below every number
                     value = repr(key) if math.isfinite(key) else "-1e308"
                     cells.append(f'<td class="num{lead}" data-n="{value}">{esc(text)}</td>')
                 else:
-                    cells.append(f'<td data-v="{esc(key)}">{esc(text)}</td>')
+                    cells.append(f'<td class="text" data-v="{esc(key)}">{esc(text)}</td>')
             links = " ".join(f'<a href="{esc(url)}">{label}</a>' for label, url in (("paper", e.paper), ("code", e.code)) if url)
-            body.append(f'<tr data-entry="{esc(str(e.relative_path))}">' + "".join(cells)
-                        + f'<td data-v="{esc(links)}">{links}</td></tr>')
-        body.append("</tbody></table></div>")
+            facts = "".join(f"<dt>{esc(c.title)}</dt><dd>{esc(c.cells[i][0])}</dd>" for c in detail)
+            if links:
+                facts += f"<dt>links</dt><dd>{links}</dd>"
+            body.append(f'<tbody class="entry"><tr data-entry="{esc(str(e.relative_path))}">' + "".join(cells)
+                        + f'</tr>\n<tr class="details"><td colspan="{len(main)}"><details><summary>details: '
+                        "references, public split, other metrics, cost, provenance</summary>"
+                        f"<dl>{facts}</dl></details></td></tr></tbody>")
+        body.append("</table>")
     body += _defense_html(all_boards, shown)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
@@ -466,11 +496,24 @@ def _defense_html(all_boards: list[Board], shown: Shown) -> list[str]:
         heads, rows, sources = defense_board.table(db, _interval)
         out.append(f"<h2>Defenses: {esc(db.task)}, {esc(db.victim)}</h2>")
         out.append(f'<p class="note">{esc(defense_board.NOTE)}</p>')
-        out.append('<div class="scroll"><table class="defense"><thead><tr>'
+        out.append('<table class="defense"><thead><tr>'
                    + "".join(f"<th>{esc(h)}</th>" for h in heads) + "</tr></thead><tbody>")
-        out += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows]
-        out.append("</tbody></table></div>" + (f'<p class="note">{esc(sources)}</p>' if sources else ""))
+        out += ["<tr>" + "".join(f"<td class=\"text\">{esc(c)}</td>" for c in r) + "</tr>" for r in rows]
+        out.append("</tbody></table>" + (f'<p class="note">{esc(sources)}</p>' if sources else ""))
     return out
+
+
+def _is_ranking(c: Column) -> bool:
+    return c.title.startswith("leakage on fresh layouts vs strongest reference")
+
+
+def split_columns(cols: list[Column]) -> tuple[list[Column], list[Column]]:
+    """The columns a reader needs first (rank, attack, victim, defense, the ranked leakage with its verdict, the
+    frames), which fit 1,400 px without scrolling, and the rest (shown in an expandable row on the page, a second
+    table in README.md). Chosen by title so that new columns land in the details by default."""
+    first = {"#", "attack", "victim", "defense"}
+    main = [c for c in cols if c.title in first or _is_ranking(c) or c.markup is not None]
+    return main, [c for c in cols if not (c.title in first or _is_ranking(c) or c.markup is not None)]
 
 
 def _verdict_class(text: str) -> str:

@@ -211,3 +211,30 @@ def calibrate(values: ArrayLike, references: dict[str, ArrayLike], higher_is_bet
     diffs = values - np.asarray(references[best], dtype=np.float64).ravel()
     out["leakage"] = summarize(diffs, confidence, n_resamples, seed).to_dict()
     return out
+
+
+# --- the verdict in words: one wording for the CLI headline, W&B's summary and the docs ----------------------
+
+
+def _verdict_number(value: float, signed: bool = False) -> str:
+    """4 significant digits, as the CLI headline prints a mean or CI end."""
+    return f"{value:+.4g}" if signed else f"{value:.4g}"
+
+
+def leak_verdict(leak: dict, higher_is_better: bool, reference: str) -> str:
+    """The headline leakage in words, by the metric's direction: ``leaks: 0.73 better than the strongest
+    reference (swap control), 95% CI [0.69, 0.77]`` when the whole CI is on the better side, else ``no leakage
+    shown`` (the CI reaches 0) or ``below the strongest reference`` (the whole CI on the worse side)."""
+    sign = 1.0 if higher_is_better else -1.0
+    values = [leak.get(k) for k in ("mean", "ci_low", "ci_high")]
+    if any(not isinstance(v, (int, float)) or not math.isfinite(v) for v in values):
+        return "no leakage shown (the leakage is undefined)"
+    mean, a, b = (sign * float(v) for v in values)
+    low, high = min(a, b), max(a, b)
+    name = "swap control" if reference == "swap_control" else reference.removeprefix("prior:")
+    ci = f"95% CI [{_verdict_number(low)}, {_verdict_number(high)}]"
+    if low > 0:
+        return f"leaks: {_verdict_number(mean)} better than the strongest reference ({name}), {ci}"
+    if high < 0:
+        return f"below the strongest reference ({name}) by {_verdict_number(-mean)}, {ci}: no leakage shown"
+    return f"no leakage shown: {_verdict_number(mean, True)} against the strongest reference ({name}), {ci} includes 0"

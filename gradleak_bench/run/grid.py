@@ -12,9 +12,9 @@ Outputs in ``OUT``: ``grid.csv`` (one row per cell and metric), ``grid.md`` (the
 attack), ``privacy_utility_<task>-<victim>.png`` (leakage of each attack's headline metric against the
 defended victim's val return, one point per setting, the Pareto frontier marked) and ``grid.json``.
 
-Leakage everywhere is **over the best gradient-free prior** (metric - best prior, paired per episode, with
-its CI; docs/priors.md); leakage over the swap control is reported beside it as its own column, never as the
-headline. A cell scored without priors has no headline leakage (NaN, ``no prior`` in the table).
+The headline leakage is **over the strongest reference** (metric - the stronger of the best gradient-free
+prior and the swap control, paired per episode, with its CI and the reference named; docs/priors.md); the
+leakage over the best prior is its own column, and the one over the swap control is in grid.csv. A cell scored without priors has no headline leakage (NaN, ``no prior`` in the table).
 """
 from __future__ import annotations
 

@@ -63,7 +63,8 @@ class MetricResult:
         leakage: mean over episodes of (metric - control), or None.
         references: other named gradient-free reconstructions scored on the same episodes (priors), by name.
         best_prior: the ``prior:`` reference with the best mean (docs/priors.md), or None without priors.
-        prior_leakage: mean over episodes of (metric - best prior), paired, with its CI: the headline leakage.
+        prior_leakage: mean over episodes of (metric - best prior), paired, with its CI. The headline is
+            ``reference_leakage``: over the stronger of the best prior and the swap control.
     """
 
     mean: float

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from gradleak_bench.errors import GradleakError
+from gradleak_bench.metrics.summary import leak_verdict
 from gradleak_bench.records import Episode, Reconstruction
 
 CHILD = Path(__file__).with_name("wandb_child.py")
@@ -169,7 +170,7 @@ def _flat_summary(summary: dict[str, Any]) -> dict[str, Any]:
     for name, m in summary["metrics"].items():
         flat[name] = m["mean"]
         flat[f"{name}/ci_low"], flat[f"{name}/ci_high"] = m["ci_low"], m["ci_high"]
-        if m.get("prior_leakage") is not None:  # the headline: metric - best gradient-free prior, paired
+        if m.get("prior_leakage") is not None:  # metric - best gradient-free prior, paired (not the headline)
             lk = m["prior_leakage"]
             flat[f"{name}/leakage_vs_best_prior"] = lk["mean"]
             flat[f"{name}/leakage_vs_best_prior/ci_low"] = lk["ci_low"]
@@ -182,6 +183,8 @@ def _flat_summary(summary: dict[str, Any]) -> dict[str, Any]:
             flat[f"{name}/leakage_vs_strongest_reference"] = rl["mean"]
             flat[f"{name}/leakage_vs_strongest_reference/ci_low"] = rl["ci_low"]
             flat[f"{name}/leakage_vs_strongest_reference/ci_high"] = rl["ci_high"]
+            # the CLI headline's words, so that W&B reads the same: "leaks: 0.73 better than the strongest ..."
+            flat[f"{name}/verdict"] = leak_verdict(rl, m.get("higher_is_better", True), m["strongest_reference"])
         if "control" in m:  # the swap control, its own column
             flat[f"{name}/control"], flat[f"{name}/leakage_vs_control"] = m["control"]["mean"], m["leakage"]["mean"]
     return flat
