@@ -340,8 +340,14 @@ def evaluate(
         with get_executor(executor, ray_address) as ex:  # a missing extra or a bad address fails before any work
             result = run_evaluate(plan, resume=resume, executor=ex, fresh_layouts=layouts)
     except KeyboardInterrupt:
+        import signal
+
+        # the run is over and what it kept is on disk: a second Ctrl-C (or one that reaches a teardown hook
+        # late) must not turn the exit into a traceback or a death by signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         _say_interrupted(Path(out), layouts is not None, own_folder)
-        point_latest(Path(out)) if own_folder and Path(out).is_dir() else None
+        if own_folder and Path(out).is_dir():
+            point_latest(Path(out))
         raise typer.Exit(130) from None
     except BaseException:
         if new_folder:

@@ -4,14 +4,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
+
+from _interrupt import interrupt
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,27 +79,14 @@ def test_ctrl_c_says_what_was_kept_and_the_exact_command_resumes_it():
     command resumes, saying how many episodes were already scored."""
     from gradleak_bench.run.store import scored_so_far
 
+    def some_scored(out: str, err: str) -> bool:
+        folder = re.search(r"run folder: (\S+)", out)
+        done = scored_so_far(Path(folder.group(1))) if folder else None
+        return bool(done and 1 <= done[0] < 12)
+
     args = ["evaluate", "dlg", "-A", "preset=quick", "--episodes", "12", "--no-priors"]
-    with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryFile("w+") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gradleak_bench.cli", *args], stdout=out,
-                                stderr=log, text=True, start_new_session=True)
-        try:
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline and proc.poll() is None:
-                time.sleep(0.2)
-                out.seek(0)
-                folder = re.search(r"run folder: (\S+)", out.read())
-                done = scored_so_far(Path(folder.group(1))) if folder else None
-                if done and 1 <= done[0] < 12:
-                    break  # some episodes scored, not all
-            os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(timeout=120)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-        log.seek(0)
-        err = log.read()
-    assert proc.returncode == 130, err
+    code, _, err, _ = interrupt(args, some_scored)
+    assert code == 130, err
     match = re.search(r"interrupted: (\d+)/12 episodes scored so far are kept in (\S+)\. Resume with:\s+"
                       r"gradleak-bench (.+)", err)
     assert match, err
@@ -112,31 +99,12 @@ def test_ctrl_c_says_what_was_kept_and_the_exact_command_resumes_it():
 
 
 def test_a_fresh_run_interrupted_says_nothing_is_kept_and_why():
-    with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryFile("w+") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gradleak_bench.cli", "evaluate", "dlg", "-A", "preset=quick",
-                                 "--fresh", "4", "--no-priors"], stdout=out, stderr=log, text=True,
-                                start_new_session=True)
-        try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and proc.poll() is None:
-                time.sleep(0.2)
-                out.seek(0)
-                if "run folder:" in out.read():
-                    time.sleep(2)  # into the run: plug-ins started, layouts being generated or scored
-                    break
-            try:
-                os.killpg(proc.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=120)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-        log.seek(0)
-        err = log.read()
-    if proc.returncode == 0:
+    args = ["evaluate", "dlg", "-A", "preset=quick", "--fresh", "4", "--no-priors"]
+    # into the run: the plug-ins started, the layouts being generated or scored
+    code, _, err, _ = interrupt(args, lambda out, err: "run folder:" in out, timeout=120, settle=2.0)
+    if code == 0:
         pytest.skip("the fresh run finished before the interrupt landed")
-    assert proc.returncode == 130 and "a --fresh run keeps nothing" in " ".join(err.split()), err
+    assert code == 130 and "a --fresh run keeps nothing" in " ".join(err.split()), err
 
 
 def test_utility_is_reported_with_intervals_and_a_paired_difference():

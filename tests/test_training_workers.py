@@ -99,37 +99,22 @@ def _group(pgid: int) -> list[int]:
 def test_ctrl_c_on_train_victim_exits_130_saying_what_is_kept_and_leaves_no_worker():
     """SIGINT to the whole process group, as a terminal's Ctrl-C: the workers ignore it, the learner stops, closes
     them, prints which step's progress is kept and how to resume, and exits 130."""
+    import re
     import time
 
-    import re
-    import subprocess
-    import sys
-    import tempfile
+    from _interrupt import interrupt
 
-    with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "gradleak_bench.cli", "--threads", "1", "train-victim",
-                                 "PointNav", "--victim", "ppo_compact", "--budget", "20000", "--workers", "2",
-                                 "--eval-episodes", "1"], stdout=subprocess.DEVNULL, stderr=log, text=True,
-                                start_new_session=True)
-        try:
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline and proc.poll() is None:
-                time.sleep(0.5)
-                log.seek(0)
-                if any(int(n) >= 600 for n in re.findall(r"\| ?(\d+)/20000", log.read())):
-                    break  # the progress bar is past the first rollout: inside training
-            os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-        log.seek(0)
-        err = log.read()
-    assert proc.returncode == 130, err
+    def training(out: str, err: str) -> bool:  # the progress bar is past the first rollout
+        return any(int(n) >= 600 for n in re.findall(r"\| ?(\d+)/20000", err))
+
+    code, _, err, group = interrupt(["--threads", "1", "train-victim", "PointNav", "--victim", "ppo_compact",
+                                     "--budget", "20000", "--workers", "2", "--eval-episodes", "1"], training,
+                                    timeout=180)
+    assert code == 130, err
     assert "interrupted at step" in err and "run the same command again" in err, err
     assert "Traceback" not in err, err
     time.sleep(2)
-    assert _group(proc.pid) == []
+    assert _group(group) == []
 
 
 def test_unknown_victim_and_a_budget_below_one_step_get_one_message_each():
