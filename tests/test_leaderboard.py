@@ -659,7 +659,11 @@ def test_page_in_headless_chromium_shows_every_entry_and_sorts(tmp_path):
     table_id = "board-PointNav-action"
     dom = _chromium_dom(page.as_uri() + f"#sort={table_id}:0:desc", tmp_path)
     table = dom.split(f'id="{table_id}"')[1].split("</table>")[0]
-    assert re.findall(r'<tr data-entry="([^"]+)"', table) == expected[table_id][::-1]
+    sorted_rows = re.findall(r'<tr data-entry="([^"]+)"', table)
+    assert sorted(sorted_rows) == sorted(expected[table_id]) and sorted_rows != expected[table_id]
+    # ranks descending, tied entries (issue 38: "1=") keeping their order, the unranked (-) last
+    ranks = [float(n) for n in re.findall(r'<tr data-entry="[^"]+"><td class="num[^"]*" data-n="([^"]+)"', table)]
+    assert len(ranks) == len(sorted_rows) and ranks == sorted(ranks, reverse=True)
     assert '<th class="desc">#</th>' in table
 
 

@@ -50,32 +50,34 @@ def test_every_entry_is_on_the_board_of_each_field_it_scores_ranked_by_its_verif
 
 
 def test_a_board_names_the_strongest_reference_and_shows_the_public_split_beside_the_headline():
+    """On a board with a ranked (signed) entry -- PointNav's RGB board, inverting_gradients -- the first table
+    holds who and the ranked leakage with its reference named, the second the details."""
     entries = load_entries(ENTRIES)
     verified, status = current_records(entries, ENTRIES)
     md = render_markdown(entries, Shown(entries, current_thumbnails(entries, ENTRIES), verified, status))
-    section = md.split("## ActivePerception: depth")[1].split("\n## ")[0]
-    # the first table: who, the ranked leakage (its reference named) and the frames; the second: the details
+    section = md.split("## PointNav: RGB")[1].split("\n## ")[0]
     header, details = [line for line in section.splitlines() if line.startswith("| #")]
     titles = [c.strip() for c in header.strip("|").split("|")]
-    assert titles[4] == "leakage on fresh layouts vs strongest reference (depth_psnr), 95% CI"
+    assert titles[4] == "leakage on fresh layouts vs strongest reference (rgb_psnr), 95% CI"
     assert titles[5].startswith("frames") and len(titles) == 6
     more = [c.strip() for c in details.strip("|").split("|")]
     assert more[:2] == ["#", "attack"] and more[2] == "strongest reference (fresh layouts)"
-    assert more[3:6] == ["depth_psnr on fresh layouts", "depth_psnr on the public split (development)",
+    assert more[3:6] == ["rgb_psnr on fresh layouts", "rgb_psnr on the public split (development)",
                          "public split: leakage vs strongest reference"]
-    qgi_main, qgi_details = [line for line in section.splitlines() if "qgi" in line][:2]
-    cells = [c.strip() for c in qgi_main.strip("|").split("|")]
-    extra = [c.strip() for c in qgi_details.strip("|").split("|")]
-    m = load_entry(IMAGES).metrics["depth_psnr"]
-    record = verified[str(load_entry(IMAGES).relative_path)].metrics["depth_psnr"]
+    path = ENTRIES / "PointNav/none/inverting_gradients__ppo-init.json"
+    main_row, detail_row = [line for line in section.splitlines() if "inverting" in line and line.startswith("|")][:2]
+    cells = [c.strip() for c in main_row.strip("|").split("|")]
+    extra = [c.strip() for c in detail_row.strip("|").split("|")]
+    entry = load_entry(path)
+    m = entry.metrics["rgb_psnr"]
+    record = verified[str(entry.relative_path)].metrics["rgb_psnr"]
     reference = record.strongest_reference.removeprefix("prior:").replace("swap_control", "swap control")
     assert extra[2].startswith(reference.replace("_", "\\_") + ":") or extra[2].startswith(reference + ":")
     assert cells[4].startswith(f"{fmt(record.leakage.mean)} [") and f" vs {reference}: " in cells[4]
     assert extra[4].startswith(f"{fmt(m.mean)} [")
     own = m.strongest_reference.removeprefix("prior:").replace("swap_control", "swap control")
     assert extra[5].endswith(f"vs {own}") or extra[5].endswith(f"vs {own.replace('_', chr(92) + '_')}")
-    assert cells[5].startswith("![qgi depth: ") and "median\\_frame" in cells[5]
-    assert cells[5].endswith("](thumbnails/ActivePerception/none/qgi__dqn-init.depth.png)")
+    assert cells[5].endswith("](thumbnails/PointNav/none/inverting_gradients__ppo-init.rgb.png)")
 
 
 def test_an_attack_behind_a_defense_is_ranked_on_the_same_board_and_a_defense_that_stops_it_ranks_low():

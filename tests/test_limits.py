@@ -363,6 +363,20 @@ def test_results_record_the_limits(tmp_path):
 # --- Ray: the same limits in a worker's sealed plug-in processes -----------------------------------------------
 
 
+@sealed_only
+def test_a_plugin_that_fills_its_cache_fails_its_episode_on_the_disk_limit_and_leaves_nothing(tmp_path, cache_dir):
+    """Issue 38: a sealed plug-in wrote 3 GiB into its private cache, which outlived the run. Past --limit disk
+    the call fails naming the limit, and the cache is emptied."""
+    from gradleak_bench.run.isolation import plugin_cache
+
+    attack = _plugin(tmp_path, FILLS_CACHE, "fillscache")
+    result = _run(tmp_path, attack, ["disk=128M", "reconstruct=600"])
+    error = _one_failure(result, "exceeded its disk limit of 128 MiB")
+    assert error.endswith("(raise it with --limit disk=SIZE)")
+    own = plugin_cache("attack", attack, str((tmp_path / "run").resolve()))
+    assert not (own / "scratch").exists()
+
+
 @pytest.fixture(scope="module")
 def ray_cluster(hermetic_env):
     ray = pytest.importorskip("ray")
@@ -405,20 +419,6 @@ FILLS_CACHE = """\
                     time.sleep(0.05)
             while True:
                 time.sleep(1)"""
-
-
-@sealed_only
-def test_a_plugin_that_fills_its_cache_fails_its_episode_on_the_disk_limit_and_leaves_nothing(tmp_path, cache_dir):
-    """Issue 38: a sealed plug-in wrote 3 GiB into its private cache, which outlived the run. Past --limit disk
-    the call fails naming the limit, and the cache is emptied."""
-    from gradleak_bench.run.isolation import plugin_cache
-
-    attack = _plugin(tmp_path, FILLS_CACHE, "fillscache")
-    result = _run(tmp_path, attack, ["disk=128M", "reconstruct=600"])
-    error = _one_failure(result, "exceeded its disk limit of 128 MiB")
-    assert error.endswith("(raise it with --limit disk=SIZE)")
-    own = plugin_cache("attack", attack, str((tmp_path / "run").resolve()))
-    assert not (own / "scratch").exists()
 
 
 def test_the_disk_limit_parses_like_the_others():

@@ -350,7 +350,7 @@ th:hover { background: #e6eaef; }
 th.asc::after { content: " \\25B2"; } th.desc::after { content: " \\25BC"; }
 tbody.entry:nth-of-type(even) > tr { background: #fafbfc; }
 td.num { font-variant-numeric: tabular-nums; }
-td.lead { font-weight: 600; }
+td.lead { font-weight: 600; white-space: normal; max-width: 24em; }
 td.v-leaks { background: #dff3e3; } td.v-none { background: #f2f2f2; color: #555; }
 td.v-below { background: #fbe3e3; }
 table.summary th { cursor: default; }

@@ -30,6 +30,9 @@ WEIGHTS = Path(__file__).with_name("weights") / "lpips_alex.safetensors"
 _CONVS = {"slice1": (0, 3, 64, 11, 4, 2), "slice2": (3, 64, 192, 5, 1, 2), "slice3": (6, 192, 384, 3, 1, 1),
           "slice4": (8, 384, 256, 3, 1, 1), "slice5": (10, 256, 256, 3, 1, 1)}
 _CHANNELS = (64, 192, 384, 256, 256)
+MIN_SIZE = 32
+"""The smallest frame side AlexNet's layers leave a feature map of (31 px); smaller frames (tests' 8x8 ones; no
+task renders them) are upsampled bilinearly to 32 px first, both truth and reconstruction alike."""
 
 
 class WeightsMissingError(GradleakError):
@@ -126,7 +129,11 @@ def lpips_distance(recon: np.ndarray, truth: np.ndarray, batch: int = 64) -> np.
 
     def to_input(frames: np.ndarray) -> torch.Tensor:
         x = torch.as_tensor(np.clip(np.asarray(frames, dtype=np.float32), 0.0, 255.0) / 127.5 - 1.0)
-        return x.permute(0, 3, 1, 2).contiguous()
+        x = x.permute(0, 3, 1, 2).contiguous()
+        if min(x.shape[-2:]) < MIN_SIZE:  # AlexNet's pools leave nothing of a smaller frame
+            x = torch.nn.functional.interpolate(x, size=(max(MIN_SIZE, x.shape[-2]), max(MIN_SIZE, x.shape[-1])),
+                                                mode="bilinear", align_corners=False)
+        return x
 
     out = []
     with torch.no_grad():
