@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -33,13 +32,12 @@ def _runs() -> Path:
 ])
 def test_bad_options_are_refused_at_the_edge_naming_the_option_and_leave_no_folder(args, message):
     before = set(_runs().glob("*")) if _runs().exists() else set()
-    started = time.monotonic()
     proc = cli("evaluate", "closed_form", *args)
     assert proc.returncode == 2, proc.stderr
     assert message in " ".join(proc.stderr.split()), proc.stderr
     assert "resume" not in proc.stderr and "Traceback" not in proc.stderr
     assert (set(_runs().glob("*")) if _runs().exists() else set()) == before  # no folder left behind
-    assert time.monotonic() - started < 60  # nothing was generated or started (the time bound is loose: CI load)
+    assert "generate" not in proc.stderr  # refused before any episode was generated
 
 
 def test_an_existing_file_as_out_says_what_is_wrong_with_it(tmp_path):
@@ -100,8 +98,8 @@ def test_ctrl_c_says_what_was_kept_and_the_exact_command_resumes_it():
 
 def test_a_fresh_run_interrupted_says_nothing_is_kept_and_why():
     args = ["evaluate", "dlg", "-A", "preset=quick", "--fresh", "4", "--no-priors"]
-    # into the run: the plug-ins started, the layouts being generated or scored
-    code, _, err, _ = interrupt(args, lambda out, err: "run folder:" in out, timeout=120, settle=2.0)
+    # into the run: the fresh layouts generated in memory and being scored (the progress bar has started)
+    code, _, err, _ = interrupt(args, lambda out, err: "dlg x none" in err, timeout=120)
     if code == 0:
         pytest.skip("the fresh run finished before the interrupt landed")
     assert code == 130 and "a --fresh run keeps nothing" in " ".join(err.split()), err

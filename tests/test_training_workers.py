@@ -100,9 +100,8 @@ def test_ctrl_c_on_train_victim_exits_130_saying_what_is_kept_and_leaves_no_work
     """SIGINT to the whole process group, as a terminal's Ctrl-C: the workers ignore it, the learner stops, closes
     them, prints which step's progress is kept and how to resume, and exits 130."""
     import re
-    import time
 
-    from _interrupt import interrupt
+    from _interrupt import interrupt, wait_until_gone
 
     def training(out: str, err: str) -> bool:  # the progress bar is past the first rollout
         return any(int(n) >= 600 for n in re.findall(r"\| ?(\d+)/20000", err))
@@ -113,8 +112,7 @@ def test_ctrl_c_on_train_victim_exits_130_saying_what_is_kept_and_leaves_no_work
     assert code == 130, err
     assert "interrupted at step" in err and "run the same command again" in err, err
     assert "Traceback" not in err, err
-    time.sleep(2)
-    assert _group(group) == []
+    assert wait_until_gone(group, _group) == []
 
 
 def test_unknown_victim_and_a_budget_below_one_step_get_one_message_each():
