@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,15 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_same:
         spec = with_budget(spec, 512)
         torch.set_num_threads(1)
-        a, _, _ = train_resumable(spec, __import__("pathlib").Path(root, "a"), "dummy", progress=False, workers=0,
+        a, _, _ = train_resumable(spec, Path(root, "a"), "dummy", progress=False, workers=0,
                                   update_threads=1)
-        b, _, _ = train_resumable(spec, __import__("pathlib").Path(root, "b"), "workers", progress=False, workers=2,
+        b, _, _ = train_resumable(spec, Path(root, "b"), "workers", progress=False, workers=2,
                                   update_threads=1)
         same = all(torch.equal(x, y) for x, y in zip(a.policy.state_dict().values(), b.policy.state_dict().values()))
         print(json.dumps({"victim": spec.key, "steps": 512, "bit_identical": same}))
         return 0 if same else 1
-
-    from pathlib import Path
 
     if args.mode == "before":
         if args.threads:

@@ -219,8 +219,8 @@ class _LearningCurve(BaseCallback):
     def __init__(self, spec: VictimSpec, directory: Path, every: int = CURVE_EVERY, episodes: int = CURVE_EPISODES):
         super().__init__()
         self.spec, self.path, self.every, self.episodes = spec, directory / "curve.json", every, episodes
-        self.points = read_curve(directory)
-        self.random = json.loads(self.path.read_text()).get("random") if self.path.is_file() else None
+        saved = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.points, self.random = list(saved.get("points", [])), saved.get("random")
 
     def _on_training_start(self) -> None:
         self._measure_due()
