@@ -912,7 +912,9 @@ def submit(
 def verify(
     entry: Path = typer.Argument(..., help="an entry JSON file under leaderboard/entries"),
     episodes: int = typer.Option(8, min=1, help="size of the random subset of public held-out episodes to re-run"),
-    seed: int = typer.Option(0, help="seed of the subset draw"),
+    seed: Optional[int] = typer.Option(
+        None, help="seed of the subset draw (default: drawn now and printed, so nobody knew which episodes are "
+                   "re-run; give one to repeat a verification)"),
     attack: Optional[str] = typer.Option(
         None, help="the attack you expect the entry to bind (a name, or path.py:Class with the shipped file's "
                    "sha256); refused when the entry binds other code"),
@@ -958,6 +960,10 @@ def verify(
         raise GradleakError(f"entries are scored and verified on PyBullet's official split and fresh layouts (the "
                             f"leaderboard is PyBullet's); a run on the {backend} backend is unofficial: score it "
                             f"with `gradleak-bench evaluate ... --backend {backend}` (docs/backends.md)")
+    if seed is None:  # the public subset is drawn now: an entry cannot keep honest just the rows it is checked on
+        import secrets
+
+        seed = secrets.randbits(31)
     result = verify_file(entry, check_committed_record=check_record, episodes=episodes, seed=seed, attack=attack,
                          allow_unofficial=allow_unofficial, progress=True, fresh_layouts=fresh_layouts,
                          limits=_limits(limit))

@@ -45,6 +45,7 @@ BASELINES=(
 if [[ "${INVERSION:-0}" == 1 ]]; then
   BASELINES+=(
     "qgi ActivePerception dqn init none"
+    "qgi ActivePerception dqn trained none"
     "rgi ActivePerception reinforce init none"
     "inverting_gradients PointNav ppo init none -M action -M rgb -M rgb_lpips"
     "idlg PointNav ppo init none -A preset=paper -M action -M rgb -M rgb_lpips"

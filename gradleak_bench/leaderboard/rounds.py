@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 FOLDER = "rounds"
 """Round files live beside the entries folder: ``leaderboard/rounds``."""
 SCHEMA = "gradleak-bench-round/1"
@@ -61,6 +63,12 @@ def _write(path: Path, data: dict[str, Any]) -> None:
     atomic_write_bytes(path, (json.dumps(data, indent=1) + "\n").encode())
 
 
+def public_seed(secret: int) -> int:
+    """The seed of the public episodes every entry of a round re-runs: derived from the round's secret, so it
+    is unknown until the round reveals it (an entry cannot keep honest only the rows it will be checked on)."""
+    return int(np.random.SeedSequence([secret, 1]).generate_state(1)[0]) >> 1
+
+
 def run_round(entries_dir: Path, only: list[str] | None = None, layouts: int = 16, episodes: int = 8,
               signing_key: Any = None, say: Callable[[str], None] = print, limits: Any = None) -> Round:
     """Verify every entry under ``entries_dir`` (those whose path contains one of ``only``, when given) on one
@@ -92,14 +100,14 @@ def run_round(entries_dir: Path, only: list[str] | None = None, layouts: int = 1
         t0 = time.perf_counter()
         try:
             entry = load_entry(path)
-            result = verify_entry(entry, path.parent, episodes=episodes, seed=0, fresh_layouts=layouts,
-                                  secret=secret, limits=limits)
+            result = verify_entry(entry, path.parent, episodes=episodes, seed=public_seed(secret),
+                                  fresh_layouts=layouts, secret=secret, limits=limits)
             failures = tuple(result.failures())
         except GradleakError as exc:
             entry, result, failures = None, None, (str(exc),)
         seconds = time.perf_counter() - t0
         if result is not None and result.ok:  # written when the round ends: a record publishes the seed
-            made = make_record(entry, path, result, 0)
+            made = make_record(entry, path, result, public_seed(secret))
             text = made.to_json() if signing_key is None else records.signed_json(made, signing_key)
             pending.append((records.record_path(entries_dir, entry.relative_path), text))
         done.append(RoundEntry(rel, not failures, seconds, failures))

@@ -5,12 +5,13 @@ verification record the leaderboard ranks by (docs/leaderboard.md, "What verify 
 Before anything runs: the entry's values must be possible and its summary the one its own per-episode rows
 give (:mod:`.checks`), the dataset must be the official split (recomputed from the manifest), and the code
 must be the code the entry binds (:mod:`.binding`). Then, for each statistic (every metric, its control, its
-references, its leakage, its failed frames) with the entry's per-episode rows ``x_1..x_n`` and the re-run's
-values ``y_1..y_k``::
+references, its leakage, its failed frames) with the entry's rows ``x_S`` and the re-run's values ``y_S`` on
+the same episodes ``S`` (a random draw of the public split, each drawn episode's swap-control partner scored
+beside it so its control is the full run's: :class:`_Pairing`)::
 
     s   = sd(y, y_fresh)                               # the verifier's own spread, never the entry's
-    tol = t(dof) * s / sqrt(k) + 0.005 * max(1, |mean(x)|)   # + an immaterial difference (MATERIAL)
-    pass iff |mean(y) - mean(x)| <= tol
+    tol = t(dof) * s / sqrt(k) + 0.005 * max(1, |mean(x_S)|)   # + an immaterial difference (MATERIAL)
+    pass iff |mean(y_S) - mean(x_S)| <= tol
 
 (``y_fresh``: the same statistic on the fresh layouts; the two samples' variances are pooled; ``t(dof)`` the
 Student quantile with the same false-alarm rate as ``Z`` standard errors of a normal, since ``s`` is estimated
@@ -173,6 +174,9 @@ class Rerun:
     # metrics scored on every re-run episode but undefined on all of them (a box over visible frames on
     # episodes without the target in view): absent from the summary, not missing
     undefined: frozenset[str] = frozenset()
+    # the re-run episodes whose swap control is a full run's (the drawn subset, its partners scored beside it);
+    # None: every one (a full run)
+    control_ids: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -256,6 +260,8 @@ def check_statistic(metric: str, entry_rows: list[float], rerun_values: list[flo
         return Check(metric, float(x.mean()), math.nan, len(y), 0.0, False,
                      " (undefined in the re-run, but defined on every episode of the entry)")
     x = x[np.isfinite(x)]
+    if not x.size and not y:  # undefined by the truth on every episode compared (no box in view): both agree
+        return Check(metric, math.nan, math.nan, 0, 0.0, True, " (undefined on every episode compared)")
     if not x.size:
         return Check(metric, math.nan, math.nan, len(y), 0.0, False, " (no defined value in the entry)")
     mu = float(x.mean())
@@ -319,9 +325,13 @@ def check_fresh(metric: str, higher_is_better: bool, entry_rows: list[float], id
     tol = critical(dof) * math.sqrt(a + b) + floor(mu)
     if diagnostic(metric):
         return FreshCheck(f"fresh:{metric}", mu, mean_f, len(f), tol, True, f"{drop:.3g}{DIAGNOSTIC_NOTE}")
-    hint = ("" if drop <= tol or dof_a + dof_b >= MIN_DOF else
-            f" (no spread measured on {len(f)} fresh value(s): re-run with more --fresh-layouts)")
-    return FreshCheck(f"fresh:{metric}", mu, mean_f, len(f), tol, drop <= tol, f"{drop:.3g}{hint}")
+    # too few values for a spread (a box seen on one fresh layout): no tolerance is claimed, as for every check
+    # (:data:`MIN_DOF`); the drop is reported, not refused. The fresh values themselves are what a board ranks.
+    judged = dof_a + dof_b >= MIN_DOF
+    hint = ("" if drop <= tol or judged else
+            f" (not judged: no spread measured on {len(f)} fresh value(s); more --fresh-layouts judge it)")
+    return FreshCheck(f"fresh:{metric}", mu, mean_f, len(f), tol if judged else math.inf, drop <= tol or not judged,
+                      f"{drop:.3g}{hint}")
 
 
 # --- before anything runs --------------------------------------------------------------------------------
@@ -388,10 +398,17 @@ def rerun(entry: Entry, folder: Path, episodes: int = 8, seed: int = 0, progress
     (``priors``: also score the gradient-free priors, fitted once per checkpoint, so their rows are checked)."""
     from gradleak_bench.run.evaluation import Scorer
 
+    from types import SimpleNamespace
+
+    from gradleak_bench.run.evaluation import select_episodes
+
     with tempfile.TemporaryDirectory(prefix="gradleak-verify-") as tmp:
-        config = _config(entry, folder, Path(tmp), episodes, seed, priors, limits=limits)
+        config = dataclasses.replace(_config(entry, folder, Path(tmp), episodes, seed, priors, limits=limits),
+                                     control_partners=True)
         result = Scorer(config).evaluate(progress=progress, resume=False)
-    return rerun_from(result.summary, [r.flat() for r in result.rows], "the re-run")
+    drawn = tuple(select_episodes(SimpleNamespace(episode_ids=entry.episodes.ids), episodes, seed))
+    return dataclasses.replace(rerun_from(result.summary, [r.flat() for r in result.rows], "the re-run"),
+                               control_ids=drawn)
 
 
 def fresh_rerun(entry: Entry, folder: Path, layouts: int, secret: int, progress: bool = False,
@@ -459,20 +476,27 @@ def compare(entry: Entry, result: Rerun, fresh: Rerun | None = None) -> Verifica
     for name in sorted(set(entry.metrics) & result.undefined):  # no value on these episodes: the entry's too
         problems += _undefined_mismatch(name, entry.episodes, result)
     rows, found = entry.episodes, []
+    unknown = [e for e in result.ids if e not in set(rows.ids)]
+    if unknown:
+        problems.append(f"the re-run scored episodes the entry has no row for: {', '.join(unknown[:4])}")
+        return Verification(entry, result.ids, (), tuple(problems))
+    on = _Pairing(rows.ids, result.ids, result.control_ids)
     for name in sorted(set(entry.metrics) & result.metrics):
         m = entry.metrics[name]
         problems += _undefined_mismatch(name, rows, result)
         f_values = fresh.values.get(name) if fresh else None
         f_controls = fresh.controls.get(name) if fresh else None
         f_refs = fresh.references.get(name, {}) if fresh else {}
-        found.append(check_statistic(name, rows.values[name], result.values[name], f_values))
+        found.append(check_statistic(name, on.entry(rows.values[name]), result.values[name], f_values))
         controls = rows.controls.get(name)
         if controls is not None:
-            found.append(check_statistic(f"{name}.control", controls, result.controls[name], f_controls))
+            # the control and the leakage over it only where the re-run scored the full run's partner
+            found.append(check_statistic(f"{name}.control", on.entry(controls, control=True),
+                                         on.rerun(result.controls[name]), f_controls))
             baseline = checks.leakage_baseline(m, controls, rows.references.get(name, {}))
             found.append(check_statistic(
-                f"{name}.leakage", checks.paired(rows.values[name], baseline),
-                checks.paired(result.values[name], result.controls[name]),
+                f"{name}.leakage", on.entry(checks.paired(rows.values[name], baseline), control=True),
+                on.rerun(checks.paired(result.values[name], result.controls[name])),
                 _paired_or_none(f_values, f_controls)))
         entry_refs, rerun_refs = rows.references.get(name, {}), result.references.get(name, {})
         for ref, ref_rows in sorted(entry_refs.items()):
@@ -482,10 +506,34 @@ def compare(entry: Entry, result: Rerun, fresh: Rerun | None = None) -> Verifica
         best, prior_rows = checks.best_prior_rows(m, entry_refs)
         if best is not None and best in rerun_refs:
             found.append(check_statistic(
-                f"{name}.prior_leakage", checks.paired(rows.values[name], prior_rows),
+                f"{name}.prior_leakage", on.entry(checks.paired(rows.values[name], prior_rows)),
                 checks.paired(result.values[name], rerun_refs[best]), _paired_or_none(f_values, f_refs.get(best))))
-        found += _failed_frames(name, m.failed_frames, rows.failed_frames.get(name), result, problems)
-    return Verification(entry, result.ids, tuple(found), tuple(problems))
+        found += _failed_frames(name, m.failed_frames, on.entry(rows.failed_frames[name])
+                                if rows.failed_frames.get(name) is not None else None, result, problems)
+    return Verification(entry, result.control_ids or result.ids, tuple(found), tuple(problems))
+
+
+class _Pairing:
+    """The entry's rows on the episodes the verifier re-ran, in the re-run's order: each statistic is compared
+    on the same episodes, never a few re-run episodes against the entry's mean over all of them (a metric that
+    is mostly zeros with a rare large value, like a box error, gives four re-run episodes a mean far from the
+    split's 48 by chance; CI refused an honest entry that way). The swap control of a re-run episode is the full
+    run's only where the re-run also scored its partner: ``control_ids`` (None: every re-run episode)."""
+
+    def __init__(self, entry_ids: tuple[str, ...], rerun_ids: tuple[str, ...], control_ids: tuple[str, ...] | None):
+        index = {e: i for i, e in enumerate(entry_ids)}
+        self.rows = [index[e] for e in rerun_ids]
+        audited = set(rerun_ids if control_ids is None else control_ids)
+        self.audited = [k for k, e in enumerate(rerun_ids) if e in audited]
+
+    def entry(self, values: Any, control: bool = False) -> list[float]:
+        x = checks.as_values(values)
+        picked = [float(x[i]) for i in self.rows]
+        return [picked[k] for k in self.audited] if control else picked
+
+    def rerun(self, values: Any) -> list[float]:
+        y = checks.as_values(values)
+        return [float(y[k]) for k in self.audited]
 
 
 def _paired_or_none(values: list[float] | None, baseline: list[float] | None) -> Any:

@@ -31,6 +31,9 @@ class EvaluateConfig:
     # None: the first ``episodes`` (one per layout in turn); an int: a random subset of that size drawn with
     # this seed, in canonical order (what `gradleak-bench verify` re-runs).
     sample_seed: int | None = None
+    # With a sampled subset: also score each drawn episode's swap-control partner in a run over all episodes, so
+    # the subset's controls are the full run's (`verify` pairs them with an entry's rows).
+    control_partners: bool = False
     attack_params: dict[str, Any] = field(default_factory=dict)
     defense_params: dict[str, Any] = field(default_factory=dict)
     # runs/latest, or $GRADLEAK_BENCH_RUNS/latest (gradleak_bench.paths.default_run_dir)
@@ -73,7 +76,10 @@ class EvaluateConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The recorded form (results.json's run, the W&B config, the resume state)."""
-        return record_backend(asdict(self), self.backend, self.scenes)
+        recorded = asdict(self)
+        if not self.control_partners:  # recorded only when set (a verifier's re-run): runs read as before
+            del recorded["control_partners"]
+        return record_backend(recorded, self.backend, self.scenes)
 
 
 def check_config(config: EvaluateConfig) -> None:

@@ -55,16 +55,41 @@ class RunResult:
         return list(self.summary.get("problems", []))
 
 
-def select_episodes(dataset: Any, n: int | None, sample_seed: int | None = None) -> list[str]:
-    """The first ``n`` episodes taking one per layout in turn, so a small run still covers every layout; with
-    ``sample_seed``, ``n`` episodes drawn at random with that seed instead (kept in the same order)."""
-    ids = sorted(dataset.episode_ids, key=lambda e: (e.split("-E")[1], e))
+def canonical_order(episode_ids: Any) -> list[str]:
+    """The order a run scores episodes in: one per layout in turn (``L003-E00, L007-E00, ..., L003-E01``), so the
+    first few cover every layout; the defense seeds and the swap control's partners follow it."""
+    return sorted(episode_ids, key=lambda e: (e.split("-E")[1], e))
+
+
+def select_episodes(dataset: Any, n: int | None, sample_seed: int | None = None,
+                    control_partners: bool = False) -> list[str]:
+    """The first ``n`` episodes in canonical order; with ``sample_seed``, ``n`` episodes drawn at random with
+    that seed instead (kept in canonical order). ``control_partners``: with them, each drawn episode's swap-control
+    partner in a run over all episodes (:func:`~gradleak_bench.run.scorer.control_partners`; read from the
+    dataset's truth), so a subset re-run scores the full run's control on every drawn episode (what `verify`
+    re-runs)."""
+    ids = canonical_order(dataset.episode_ids)
     if n is None or n >= len(ids):
         return ids
     if sample_seed is None:
-        return ids[:n]
-    picked = np.random.default_rng(sample_seed).choice(len(ids), size=n, replace=False)
-    return [ids[i] for i in sorted(picked)]
+        picked = ids[:n]
+    else:
+        picked = [ids[i] for i in sorted(np.random.default_rng(sample_seed).choice(len(ids), size=n, replace=False))]
+    if not control_partners:
+        return picked
+    from gradleak_bench.run.scorer import control_partners as partners_of
+
+    partner = partners_of([dataset.episode(e) for e in ids])
+    wanted = set(picked) | {partner[e] for e in picked if e in partner}
+    return [e for e in ids if e in wanted]
+
+
+def episode_seeds(seed: int, dataset_ids: Any, episode_ids: list[str]) -> list[int]:
+    """The defense's seed of each of ``episode_ids``: drawn over the whole dataset in canonical order, so an
+    episode gets the same seed in a subset re-run as in the full run (a noisy defense's rows pair up)."""
+    rng = np.random.default_rng(seed)
+    every = {e: int(rng.integers(2**63)) for e in canonical_order(dataset_ids)}
+    return [every[e] for e in episode_ids]
 
 
 def evaluate(config: EvaluateConfig | RunPlan, progress: bool = True, executor: Any = None, resume: bool = True,
@@ -117,7 +142,8 @@ def _evaluate(config: EvaluateConfig | RunPlan, progress: bool, executor: Any, r
             gradients.check_dataset(dataset)
         reads = attack_reads(attack, card.gradient_shapes)
         gradients = gradient_source(plan, card, victim, gradients, reads, dataset, fresh is not None)
-        episode_ids = select_episodes(dataset, config.episodes, config.sample_seed)
+        episode_ids = select_episodes(dataset, config.episodes, config.sample_seed,
+                                      config.control and config.control_partners)
         metrics, notes = select_metrics(config.metrics, fields, f"attack {attack.description['name']!r}",
                                         plan.task.action_kind)
         if not metrics:
@@ -127,8 +153,7 @@ def _evaluate(config: EvaluateConfig | RunPlan, progress: bool, executor: Any, r
             from gradleak_bench.priors import references_for
 
             references = references + references_for(dataset, {m.field for m in metrics}, progress)
-        rng = np.random.default_rng(config.seed)
-        seeds = [int(rng.integers(2**63)) for _ in episode_ids]  # the defense's, in canonical order
+        seeds = episode_seeds(config.seed, dataset.episode_ids, episode_ids)
         context = Context(dataset, gradients, metrics, attack, defense, config.defense, n_actions, references, reads)
         run = _Run(plan, context, dataset, episode_ids, seeds, out, fresh, mechanism, hidden)
         store = run.compute(executor, resume, progress)
@@ -176,7 +201,8 @@ class _Run:
 
         cfg = self.config
         fields = {k: v for k, v in cfg.to_dict().items()
-                  if k not in ("out", "wandb", "control", "executor", "ray_address", "shard_size", "limits")}
+                  if k not in ("out", "wandb", "control", "executor", "ray_address", "shard_size", "limits",
+                               "control_partners")}  # the episode ids below say what it selected
         fields.update(attack_file=file_sha256(cfg.attack), defense_file=file_sha256(cfg.defense),
                       gradients_sha256=getattr(self.context.gradients, "sha256", None),
                       dataset_sha256=self.dataset.sha256, episode_ids=self.episode_ids, version=_versions(),

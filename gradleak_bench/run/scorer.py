@@ -9,7 +9,7 @@ e.g. the mean train frame) are others: each is scored on every episode and summa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -89,10 +89,31 @@ def truncate(fields: Mapping[str, np.ndarray], length: int) -> dict[str, np.ndar
     return {k: np.asarray(v)[:length] for k, v in fields.items()}
 
 
+def can_partner(row: Any, partner: Any) -> bool:
+    """The swap control's rule: ``partner``'s reconstruction can stand in for ``row``'s when it is at least as
+    long (it is truncated, never padded) and from another layout (a same-layout episode would share scenery)."""
+    return partner.length >= row.length and partner.layout_id != row.layout_id
+
+
+def control_partners(rows: Sequence[Any]) -> dict[str, str]:
+    """``episode_id -> partner's episode_id`` of the swap control over ``rows`` (ok rows with ``episode_id``,
+    ``layout_id`` and ``length``, in canonical order): the next qualifying row, else the first qualifying one
+    from the start. The same rule :class:`Controls` applies as rows stream in; a verifier that re-runs a subset
+    plus these partners reproduces the full run's control on every episode of the subset."""
+    found = {}
+    for i, row in enumerate(rows):
+        for partner in [*rows[i + 1:], *rows[:i]]:
+            if can_partner(row, partner):
+                found[row.episode_id] = partner.episode_id
+                break
+    return found
+
+
 class Controls:
     """Scores the swap control of each ok row as rows arrive in canonical order, so an episode's truth is read
     once: a row waits (with its truth) for its partner, the next ok row at least as long from another layout;
-    rows still waiting at the end take theirs from the start (read back from the run folder).
+    rows still waiting at the end take theirs from the start (read back from the run folder); the rule of
+    :func:`control_partners`.
 
     ``truth(episode_id)`` and ``recon(episode_id)`` read what is not in memory (a resumed or remote row)."""
 
@@ -123,7 +144,7 @@ class Controls:
             return
         still = []
         for waiting, waiting_truth in self._waiting:
-            if row.length >= waiting.length and row.layout_id != waiting.layout_id:
+            if can_partner(waiting, row):
                 self._score(waiting, waiting_truth, recon if recon is not None else self._recon(row.episode_id), row)
             else:
                 still.append((waiting, waiting_truth))
@@ -136,7 +157,7 @@ class Controls:
             for partner in self._ok:
                 if partner is waiting:
                     break
-                if partner.length >= waiting.length and partner.layout_id != waiting.layout_id:
+                if can_partner(waiting, partner):
                     self._score(waiting, truth, self._recon(partner.episode_id), partner)
                     break
         self._waiting = []
