@@ -13,6 +13,12 @@ cached or downloaded artifact can be read without running anything):
   or time-boxed training resumes exactly where it stopped;
 * plain JSON (:meth:`~ArtifactCache.save_json` / :meth:`~ArtifactCache.load_json`).
 
+What outlives a run: in a sealed run the cache is the plug-in's private one, and when the run completes
+everything in it is deleted except the **declared fitted model** (``save_module(..., fitted=True)``, or
+:func:`declare_fitted` for any file): auxiliary data, features and training checkpoints are a run's scratch,
+kept while it runs (and after an interrupted run, which resumes from them), never after it finished
+(docs/write-an-attack.md, "What outlives a run").
+
 Every write goes to a temporary file first and is renamed into place: a killed process never leaves a
 half-written artifact that a later run would trust.
 
@@ -37,7 +43,10 @@ from typing import Any
 from gradleak_bench.errors import CorruptFileError, GradleakError
 from gradleak_bench.paths import atomic_write_bytes, cache_dir
 
-__all__ = ["ArtifactCache", "config_hash", "read_metadata", "write_artifact"]
+__all__ = ["ArtifactCache", "config_hash", "declare_fitted", "fitted_paths", "read_metadata", "write_artifact"]
+
+FITTED_MANIFEST = "fitted.json"
+"""The list of declared fitted-model files, relative to the cache root (:func:`declare_fitted`)."""
 
 
 def config_hash(blob: Mapping[str, Any]) -> str:
@@ -68,6 +77,30 @@ def write_artifact(path: Path, tensors: Any, meta: Mapping[str, Any]) -> dict[st
     out = {**meta, "weights_sha256": _sha256(path)}
     atomic_write_bytes(path.with_suffix(".json"), json.dumps(out, indent=1).encode())
     return out
+
+
+def declare_fitted(*paths: Path, root: Path | None = None) -> None:
+    """Declare ``paths`` (files under the cache ``root``, default :func:`~gradleak_bench.paths.cache_dir`) a
+    fitted model: what a completed sealed run keeps of the plug-in's private cache. Idempotent."""
+    root = Path(root) if root is not None else cache_dir()
+    kept = set(fitted_paths(root))
+    for path in paths:
+        rel = Path(path).resolve().relative_to(root.resolve()).as_posix()  # ValueError: not in the cache
+        kept.add(rel)
+    atomic_write_bytes(root / FITTED_MANIFEST, json.dumps(sorted(kept), indent=1).encode())
+
+
+def fitted_paths(root: Path) -> list[str]:
+    """The declared fitted-model files under ``root`` (relative POSIX paths). The manifest is written by plug-in
+    code, so it is hostile: anything but a list of plain relative paths inside ``root`` is ignored."""
+    try:
+        data = json.loads((Path(root) / FITTED_MANIFEST).read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(data, list):
+        return []
+    return [p for p in data if isinstance(p, str) and p and not p.startswith("/") and ".." not in Path(p).parts
+            and "\\" not in p]
 
 
 def read_metadata(path: Path, format: str | None = None) -> dict[str, Any]:
@@ -131,10 +164,22 @@ class ArtifactCache:
 
     # -- artifacts --
 
-    def save_module(self, name: str, module: Any, meta: Mapping[str, Any]) -> Path:
-        """Store an ``nn.Module``'s state with ``meta`` (plus ``config_hash`` and ``weights_sha256``)."""
+    def save_module(self, name: str, module: Any, meta: Mapping[str, Any], fitted: bool = False) -> Path:
+        """Store an ``nn.Module``'s state with ``meta`` (plus ``config_hash`` and ``weights_sha256``);
+        ``fitted``: it is the plug-in's fitted model, kept after a sealed run completes (:func:`declare_fitted`)."""
         write_artifact(self.path(name), module, {**meta, "config_hash": self.key})
+        if fitted:
+            self.keep(name)
         return self.path(name)
+
+    def keep(self, name: str) -> None:
+        """Declare artifact ``name`` (tensors and metadata) a fitted model that outlives the run
+        (:func:`declare_fitted`); call it for a fitted model loaded from the cache too, so a model cached before
+        its plug-in declared it is kept."""
+        try:
+            declare_fitted(self.path(name), self.path(name).with_suffix(".json"))
+        except ValueError:  # a folder of the caller's own (``root=``) outside the cache: nothing prunes it
+            pass
 
     def save_tensors(self, name: str, tensors: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> Path:
         """Store a dict of tensors (features, a dataset) with ``meta``."""

@@ -309,16 +309,18 @@ def test_the_plugin_cache_is_private_to_the_plugins_code(tmp_path, cache_dir):
     snoop = """
 import os
 from gradleak_bench.baselines.attacks.closed_form import ClosedFormAction
+from gradleak_bench.artifacts import declare_fitted
 from gradleak_bench.paths import cache_dir
 
 class Snoop(ClosedFormAction):
     name = "snoop_{tag}"
     def fit(self, victim, auxiliary):
         (cache_dir() / "fitted-{tag}").write_text("mine")
+        declare_fitted(cache_dir() / "fitted-{tag}")
     def reconstruct(self, episode, victim):
         own = cache_dir()
         seen = sorted(os.listdir(own.parent)) + sorted(os.listdir(own))
-        if seen != [own.name, "fitted-{tag}"]:
+        if seen != [own.name, "fitted-{tag}", "fitted.json"]:
             raise RuntimeError(f"saw {{seen}}")
         return super().reconstruct(episode, victim)
 """
@@ -375,6 +377,63 @@ def test_a_plugin_that_fills_its_cache_fails_its_episode_on_the_disk_limit_and_l
     assert error.endswith("(raise it with --limit disk=SIZE)")
     own = plugin_cache("attack", attack, str((tmp_path / "run").resolve()))
     assert not (own / "scratch").exists()
+
+
+SCRATCH_AND_MODEL = """
+import os
+from gradleak_bench.baselines.attacks.closed_form import ClosedFormAction
+from gradleak_bench.artifacts import declare_fitted
+from gradleak_bench.paths import cache_dir
+
+class Fits(ClosedFormAction):
+    name = "fits"
+    def fit(self, victim, auxiliary):
+        own = cache_dir()
+        (own / "features").mkdir(exist_ok=True)
+        (own / "features" / "aux.bin").write_bytes(b"x" * 4096)  # scratch: auxiliary data
+        (own / "checkpoint.bin").write_bytes(b"c" * 4096)  # scratch: a training checkpoint
+        (own / "model").mkdir(exist_ok=True)
+        (own / "model" / "weights.bin").write_bytes(b"w" * 4096)
+        declare_fitted(own / "model" / "weights.bin")
+        os.symlink("/etc/passwd", own / "model" / "link")  # removed, never followed
+"""
+
+
+@sealed_only
+def test_a_completed_run_keeps_only_the_declared_fitted_model_of_the_plugin_cache(tmp_path, cache_dir):
+    """Issue 38: a run's scratch space (auxiliary data, checkpoints) does not outlive the run; the declared
+    fitted model does (artifacts.declare_fitted, ArtifactCache.save_module(fitted=True)), so the next run
+    loads it instead of fitting again."""
+    from gradleak_bench.artifacts import FITTED_MANIFEST
+    from gradleak_bench.run.isolation import plugin_cache
+
+    folder = tmp_path / "code-fits"
+    folder.mkdir()
+    (folder / "fits.py").write_text(SCRATCH_AND_MODEL)
+    attack = f"{folder / 'fits.py'}:Fits"
+    result = _run(tmp_path, attack, [], episodes=2)
+    assert [r.status for r in result.rows] == ["ok", "ok"], [r.error for r in result.rows]
+    own = plugin_cache("attack", attack)
+    left = sorted(p.relative_to(own).as_posix() for p in own.rglob("*"))
+    assert left == sorted(["model", "model/weights.bin", FITTED_MANIFEST])
+    assert Path("/etc/passwd").is_file()
+
+
+def test_pruning_ignores_a_manifest_that_points_outside_the_cache(tmp_path):
+    from gradleak_bench.artifacts import FITTED_MANIFEST, fitted_paths
+    from gradleak_bench.run.sandbox import prune_scratch
+
+    cache, outside = tmp_path / "cache", tmp_path / "outside.txt"
+    cache.mkdir()
+    outside.write_text("not the plug-in's")
+    (cache / "kept.bin").write_text("model")
+    (cache / "scratch.bin").write_text("scratch")
+    (cache / FITTED_MANIFEST).write_text(json.dumps(["kept.bin", "../outside.txt", "/etc/passwd", 3]))
+    assert fitted_paths(cache) == ["kept.bin"]
+    assert prune_scratch(cache) == ["scratch.bin"]
+    assert outside.read_text() == "not the plug-in's" and (cache / "kept.bin").is_file()
+    (cache / FITTED_MANIFEST).write_text("{not json")
+    assert prune_scratch(cache) == ["kept.bin"]  # an unreadable manifest declares nothing
 
 
 @pytest.fixture(scope="module")

@@ -159,9 +159,13 @@ def _evaluate(config: EvaluateConfig | RunPlan, progress: bool, executor: Any, r
         store = run.compute(executor, resume, progress)
         try:
             guarantees = defense_step_guarantees(defense, n_actions)
-            return run.finish(store, official, card, guarantees, notes, tracked)
+            result = run.finish(store, official, card, guarantees, notes, tracked)
         finally:
             store.close()
+        for plugin in (attack, defense):  # their scratch space goes with the run; a fitted model stays
+            if plugin is not None:
+                plugin.run_completed()
+        return result
     except BaseException:
         if tracked is not None:
             tracked.discard()

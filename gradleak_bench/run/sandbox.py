@@ -389,6 +389,32 @@ def _empty(folder: Path) -> None:
             item.unlink(missing_ok=True)
 
 
+def prune_scratch(cache: Path) -> list[str]:
+    """Delete everything in a plug-in's private ``cache`` but its declared fitted-model files
+    (:func:`gradleak_bench.artifacts.fitted_paths`) and their manifest; returns the relative paths removed.
+    Runs in the scorer after the plug-in's processes are gone, so nothing writes while it walks; links are
+    removed, never followed."""
+    from gradleak_bench.artifacts import FITTED_MANIFEST, fitted_paths
+
+    cache = Path(cache)
+    keep = set(fitted_paths(cache)) | {FITTED_MANIFEST}
+    removed = []
+    for folder, dirs, files in os.walk(cache, topdown=False):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+            path = Path(folder) / name
+            rel = path.relative_to(cache).as_posix()
+            if rel in keep and not path.is_symlink():
+                continue
+            path.unlink(missing_ok=True)
+            removed.append(rel)
+        if Path(folder) != cache:
+            try:
+                os.rmdir(folder)  # only when empty
+            except OSError:
+                pass
+    return removed
+
+
 def _tmp_used(pid: int) -> int:
     """The bytes in the sealed process's private /tmp (a tmpfs: memory the plug-in holds). A process whose /tmp is
     still the scorer's has not entered its sandbox yet (bubblewrap mounts the tmpfs after it forks): that disk is
@@ -680,8 +706,22 @@ class PluginProcess:
                     pass
                 setattr(self, name, None)
 
+    def run_completed(self) -> None:
+        """The run finished (every unit scored): on :meth:`close`, the plug-in's private cache keeps only its
+        declared fitted model (:func:`prune_scratch`). An interrupted run (Ctrl-C, a fit over its limit) keeps its
+        scratch: the resumed run continues from it."""
+        self._completed = True
+
     def close(self) -> None:
-        """Ask the process to exit, then make sure that nothing it started is left."""
+        """Ask the process to exit, then make sure that nothing it started is left (and, after a completed run,
+        nothing of its scratch space either)."""
+        try:
+            self._close()
+        finally:
+            if self.sealed and getattr(self, "_completed", False):
+                prune_scratch(plugin_cache(self.kind, self.reference, self.scope))
+
+    def _close(self) -> None:
         self._closed = True
         if self._staged is not None:
             shutil.rmtree(self._staged[0], ignore_errors=True)

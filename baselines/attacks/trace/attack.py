@@ -102,6 +102,7 @@ class TRACE:
         cache = self.cache(identity, layout, defense)
         if cache.exists(MODEL) and self.train != "force":
             self._load(cache.path(MODEL), identity, layout, cache=cache)
+            cache.keep(MODEL)  # the fitted model outlives the run; its features and checkpoints do not
             return
         if self.train == "never":
             raise GradleakError(
@@ -189,7 +190,7 @@ class TRACE:
         model.to(self.device)
         options = TrainOptions(self.name, self.device, self.progress, self.stop_after, self.train == "force")
         report = train(model, train_data, val, cache, options, collect_s)
-        cache.save_module(MODEL, model.cpu(), {
+        cache.save_module(MODEL, model.cpu(), fitted=True, meta={
             "format": FORMAT, "attack": self.name, "preset": self.preset, "config": c.to_dict(),
             "victim": identity, "gradient_layout": layout, "image_size": list(size), "defense": defense,
             "action_kind": "continuous" if continuous else "discrete",
