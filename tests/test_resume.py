@@ -23,6 +23,7 @@ from gradleak_bench.run.store import STATE_DIR, AppendLog, RunStore, read_log
 # cache (GRADLEAK_BENCH_CACHE inside its process), where the test reads its calls log and sets BLOCK_AT.
 SLOW_ATTACK = textwrap.dedent("""
     import os, threading
+    from gradleak_bench.artifacts import declare_fitted
     from gradleak_bench.baselines.attacks.closed_form import ClosedFormAction
 
     TAG = "{tag}"
@@ -34,6 +35,8 @@ SLOW_ATTACK = textwrap.dedent("""
             root = os.environ["GRADLEAK_BENCH_CACHE"]
             with open(os.path.join(root, TAG + "-calls.log"), "a") as f:
                 f.write(episode.key + "\\n")
+            # kept after the run like a fitted model (a completed run deletes the rest of the cache)
+            declare_fitted(os.path.join(root, TAG + "-calls.log"))
             # BLOCK_AT=k: the k-th episode announces itself and never returns (the test kills the run there).
             block = os.path.join(root, TAG + "-block_at")
             if os.path.exists(block) and episode.key == open(block).read():

@@ -142,13 +142,13 @@ class RecordCheck(Check):
                 f"|diff| {abs(self.rerun_mean - self.entry_mean):.3g} <= {self.tolerance:.3g}? {verdict}{self.note}")
 
 
-DIAGNOSTIC_NOTE = (" (a diagnostic no board ranks by: reported, never refused; mostly zeros with a rare large value, a "
-                   "box seen in a few frames, its mean over a few fresh layouts is not near-normal)")
+DIAGNOSTIC_NOTE = " (a diagnostic no board ranks by: reported, never refused)"
 
 
 def diagnostic(metric: str) -> bool:
-    """A metric no board ranks by: the all-frame box metrics that a constant wins
-    (:data:`gradleak_bench.leaderboard.boards.HEADLINE`). Its fresh-layout and record checks are reported but
+    """A metric no board ranks by: every metric of a board's field but the ones it ranks
+    (:data:`gradleak_bench.leaderboard.boards.HEADLINE`), e.g. the all-frame box metrics that a constant wins,
+    SSIM on Y, LPIPS. Its fresh-layout and record checks are reported but
     never refuse: CI's two fresh layouts refused honest records on them twice (a box seen in one layout gives
     a mean far from 16 layouts', beyond a normal-theory tolerance), and a forged value there changes no rank."""
     from gradleak_bench.leaderboard.boards import HEADLINE, metric_fields
