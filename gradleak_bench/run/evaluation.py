@@ -77,9 +77,14 @@ def select_episodes(dataset: Any, n: int | None, sample_seed: int | None = None,
         picked = [ids[i] for i in sorted(np.random.default_rng(sample_seed).choice(len(ids), size=n, replace=False))]
     if not control_partners:
         return picked
+    from types import SimpleNamespace
+
     from gradleak_bench.run.scorer import control_partners as partners_of
 
-    partner = partners_of([dataset.episode(e) for e in ids])
+    def key(episode: Any) -> SimpleNamespace:  # what the partner rule reads; the frames are let go at once
+        return SimpleNamespace(episode_id=episode.episode_id, layout_id=episode.layout_id, length=episode.length)
+
+    partner = partners_of([key(dataset.episode(e)) for e in ids])
     wanted = set(picked) | {partner[e] for e in picked if e in partner}
     return [e for e in ids if e in wanted]
 
