@@ -419,6 +419,29 @@ def test_a_completed_run_keeps_only_the_declared_fitted_model_of_the_plugin_cach
     assert Path("/etc/passwd").is_file()
 
 
+def test_a_run_prunes_the_shared_cache_only_when_no_other_run_holds_it(tmp_path):
+    """Every run of the same code shares its cache (all built-in attacks share one): a round's closed-form verify
+    that finished pruned the cache under a TRACE fit running beside it, which lost its auxiliary file mid-write.
+    A run holds the cache's lock while it may run; the one that finishes last prunes."""
+    import os
+
+    from gradleak_bench.run.sandbox import _hold_cache, _sole_user
+
+    cache = tmp_path / "plugins" / "attack-x"
+    cache.mkdir(parents=True)
+    first, second = _hold_cache(cache), _hold_cache(cache)
+    try:
+        assert not _sole_user(first)  # the second run is still using it
+        os.close(second)
+        second = None
+        assert _sole_user(first)
+        assert not (cache / "attack-x.lock").exists() and (cache.parent / "attack-x.lock").is_file()
+    finally:
+        for fd in (first, second):
+            if fd is not None:
+                os.close(fd)
+
+
 def test_pruning_ignores_a_manifest_that_points_outside_the_cache(tmp_path):
     from gradleak_bench.artifacts import FITTED_MANIFEST, fitted_paths
     from gradleak_bench.run.sandbox import prune_scratch

@@ -389,6 +389,30 @@ def _empty(folder: Path) -> None:
             item.unlink(missing_ok=True)
 
 
+def _hold_cache(cache: Path) -> int:
+    """A shared lock on a plug-in's private cache for as long as one of its processes may run: every run of the
+    same code uses the same cache (all built-in attacks share one), so a run that finishes may prune it only
+    when no other run holds it (:func:`_sole_user`). The lock file sits beside the cache, in the scorer's
+    ``plugins`` folder, which the plug-in cannot write."""
+    import fcntl
+
+    fd = os.open(cache.with_name(cache.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+def _sole_user(lock: int) -> bool:
+    """Whether this run is the only one holding the cache's lock (its shared lock becomes exclusive, without
+    waiting); another run still using the cache leaves the pruning to whichever finishes last."""
+    import fcntl
+
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+
+
 def prune_scratch(cache: Path) -> list[str]:
     """Delete everything in a plug-in's private ``cache`` but its declared fitted-model files
     (:func:`gradleak_bench.artifacts.fitted_paths`) and their manifest; returns the relative paths removed.
@@ -458,7 +482,10 @@ class PluginProcess:
         self._deadline = 0.0
         self.peak_memory = self.peak_processes = self.peak_rss = 0
         self._closed = False
+        self._completed = False
+        self._cache_lock: int | None = None
         if sealed:
+            self._cache_lock = _hold_cache(plugin_cache(self.kind, self.reference, self.scope))
             self._start()
             self._begin("load")
             self._send(*self._load_request)  # answered while the scorer loads its data
@@ -718,8 +745,13 @@ class PluginProcess:
         try:
             self._close()
         finally:
-            if self.sealed and getattr(self, "_completed", False):
-                prune_scratch(plugin_cache(self.kind, self.reference, self.scope))
+            lock, self._cache_lock = self._cache_lock, None
+            if lock is not None:
+                try:
+                    if self._completed and _sole_user(lock):
+                        prune_scratch(plugin_cache(self.kind, self.reference, self.scope))
+                finally:
+                    os.close(lock)
 
     def _close(self) -> None:
         self._closed = True
