@@ -124,3 +124,17 @@ def test_a_real_subset_rerun_reproduces_the_entrys_controls_on_the_drawn_episode
         assert [result.values[name][ids.index(e)] for e in ids] == pytest.approx(
             [entry.episodes.values[name][index[e]] for e in ids], abs=1e-9)
     assert compare(entry, result).ok
+
+
+def test_a_rare_event_missing_on_fresh_layouts_is_noise_but_a_replayed_score_is_not():
+    """The round of issue 38 refused `tsp`: its keypoint hit rate is 2.6% on the public split and 0 on 9 fresh
+    layouts, every value equal, so the verifier's spread was 0 and the tolerance the immaterial floor. A
+    bounded metric's per-layout mean has at least the binomial spread of its frames."""
+    from gradleak_bench.leaderboard.verify import binomial_floor, check_fresh
+
+    ids = tuple(f"L{layout:03d}-E{e:02d}" for layout in range(12) for e in range(4))
+    rare = [0.0] * 47 + [1.0]
+    assert check_fresh("keypoint_hit_rate", True, rare, ids, [0.0] * 9, [0.0] * 15).ok
+    replayed = check_fresh("keypoint_hit_rate", True, [1.0] * 48, ids, [0.0] * 9, [1.0] * 15)
+    assert not replayed.ok and "REFUSED" in replayed.describe()
+    assert binomial_floor("rgb_psnr", [1.0, 1.0]) == 0.0  # unbounded: no floor

@@ -235,18 +235,25 @@ def standard_error_scale(metric: str, *samples: Any) -> float:
     s, crit = spread(*samples), critical(_dof(*samples))
     if _dof(*samples) < MIN_DOF:  # two or three values (a swap control of two episodes): no spread to trust
         return math.inf
+    difference = any(metric.endswith(k) for k in (".leakage", ".prior_leakage"))
+    return max(crit * s, Z * binomial_floor(metric, *samples) * (math.sqrt(2) if difference else 1.0))
+
+
+def binomial_floor(metric: str, *samples: Any) -> float:
+    """The sd of a per-episode mean of :data:`FRAMES` frames of a metric bounded in [0, 1] at the samples'
+    Jeffreys-smoothed rate, ``sqrt(p (1 - p) / FRAMES)`` (0 for any other metric, or without values): the
+    least spread such a mean has, whatever a few values that all came out equal suggest (a keypoint hit rate
+    of 0 on every fresh layout, an accuracy of 1 on every episode drawn)."""
     base = metric.split(".")[0].removeprefix("fresh:").removeprefix("record:")
     if bounds(base) != (0.0, 1.0):
-        return crit * s
+        return 0.0
     values = np.concatenate([checks.as_values(x) for x in samples if x is not None] or [np.empty(0)])
     values = values[np.isfinite(values)]
     if not values.size:
-        return crit * s
+        return 0.0
     n = values.size * FRAMES
     p = (float(np.clip(np.abs(values), 0, 1).mean()) * n + 0.5) / (n + 1)
-    difference = any(metric.endswith(k) for k in (".leakage", ".prior_leakage"))
-    floor_s = math.sqrt(p * (1 - p) / FRAMES * (2 if difference else 1))
-    return max(crit * s, Z * floor_s)
+    return math.sqrt(p * (1 - p) / FRAMES)
 
 
 def check_statistic(metric: str, entry_rows: list[float], rerun_values: list[float],
@@ -312,9 +319,11 @@ def check_fresh(metric: str, higher_is_better: bool, entry_rows: list[float], id
     layouts = len({i.split("-E")[0] for i in ids}) or len(ids)
     sample_f = f if fresh_spread_values is None else [v for v in checks.as_values(fresh_spread_values)
                                                       if math.isfinite(v)]
-    s_f = spread(sample_f)
+    # a rare event (a keypoint hit in 2.6% of public frames, none on 9 fresh layouts) leaves equal values and no
+    # spread: a bounded metric's per-layout mean has at least the binomial spread of its frames
+    s_f = max(spread(sample_f), binomial_floor(metric, sample_f))
     own = rerun_values if rerun_values is not None and spread(rerun_values) > 0 else f
-    s = spread(own)
+    s = max(spread(own), binomial_floor(metric, own))
     mean_f = float(np.mean(f))
     drop = (mu - mean_f) if higher_is_better else (mean_f - mu)
     a, b = s**2 / layouts, s_f**2 / len(f)
