@@ -405,11 +405,9 @@ def rerun(entry: Entry, folder: Path, episodes: int = 8, seed: int = 0, progress
           priors: bool = True, limits: Any = None) -> Rerun:
     """Re-run the entry's bound code, sealed, on ``episodes`` held-out episodes drawn at random with ``seed``
     (``priors``: also score the gradient-free priors, fitted once per checkpoint, so their rows are checked)."""
-    from gradleak_bench.run.evaluation import Scorer
-
     from types import SimpleNamespace
 
-    from gradleak_bench.run.evaluation import select_episodes
+    from gradleak_bench.run.evaluation import Scorer, select_episodes
 
     with tempfile.TemporaryDirectory(prefix="gradleak-verify-") as tmp:
         config = dataclasses.replace(_config(entry, folder, Path(tmp), episodes, seed, priors, limits=limits),
@@ -485,7 +483,8 @@ def compare(entry: Entry, result: Rerun, fresh: Rerun | None = None) -> Verifica
     for name in sorted(set(entry.metrics) & result.undefined):  # no value on these episodes: the entry's too
         problems += _undefined_mismatch(name, entry.episodes, result)
     rows, found = entry.episodes, []
-    unknown = [e for e in result.ids if e not in set(rows.ids)]
+    known = set(rows.ids)
+    unknown = [e for e in result.ids if e not in known]
     if unknown:
         problems.append(f"the re-run scored episodes the entry has no row for: {', '.join(unknown[:4])}")
         return Verification(entry, result.ids, (), tuple(problems))
