@@ -88,8 +88,8 @@ def main() -> None:
         f"verify runs of this call, torch on 1 thread (gradleak-bench's default); 1-min load {load:.1f} at the end")
     out = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_1min_at_end": load},
            "conditions": conditions,
-           "protocol": "gradleak-bench verify defaults: 8 public episodes (seed 0) + 16 fresh layouts, priors and "
-                       "swap control by the verifier; seconds are whole verify processes; the first verify of a "
+           "protocol": "gradleak-bench verify defaults: 8 public episodes (a seed drawn when verify starts) + 16 "
+                       "fresh layouts, priors and swap control by the verifier; seconds are whole verify processes; the first verify of a "
                        "checkpoint also generated its split and fitted its priors (cached for the next), an attacker "
                        "that fits is fitted once per config",
            "rows": summarise(seconds)}
