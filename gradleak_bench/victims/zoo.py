@@ -243,8 +243,9 @@ NOT_LEARNED: dict[str, str] = {
                                 "beside other jobs): on the 120 validation episodes 32.5% success [24.8%, 41.3%] "
                                 "against a random policy's 15.0% [9.7%, 22.5%] (30k steps: 29.2% [21.8%, 37.8%]), "
                                 "but return 3.70 [2.40, 5.13] against 1.77 [0.94, 2.66]: the return intervals "
-                                "still overlap by a hair, so the rule does not publish it; a 120k-step run "
-                                "continues from the 60k one; its init is what the QGI/RGI paper attacks",
+                                "still overlap by a hair, so the rule does not publish it; 120k steps did not "
+                                "help (8.3% on 24 val episodes, the curve at 16-22%): the recipe needs a change; "
+                                "its init is what the QGI/RGI paper attacks",
     f"ActivePerception/reinforce_{QGI_IMAGE_SIZE}": "never trained: reinforce did not learn at 64x64 (above), so its "
                                                    "150x150 twin was not trained; an init-only victim for the QGI/RGI "
                                                    "paper gap",
