@@ -911,7 +911,8 @@ def submit(
 @app.command()
 def verify(
     entry: Path = typer.Argument(..., help="an entry JSON file under leaderboard/entries"),
-    episodes: int = typer.Option(8, min=1, help="size of the random subset of public held-out episodes to re-run"),
+    episodes: int = typer.Option(8, min=1, help="size of the random subset of public held-out episodes to re-run "
+                                                  "(their swap-control partners are re-run beside them)"),
     seed: Optional[int] = typer.Option(
         None, help="seed of the subset draw (default: drawn now and printed, so nobody knew which episodes are "
                    "re-run; give one to repeat a verification)"),
@@ -940,8 +941,9 @@ def verify(
 ) -> None:
     """Re-run an entry's own code on public held-out episodes and on fresh layouts nobody could know in advance.
 
-    Checks every metric, its control, references, leakage and failed frames against the entry's own rows
-    (tolerances from the verifier's own spread), refuses an entry whose public-split score beats its
+    Checks every metric, its control, references, leakage and failed frames against the entry's own rows on the
+    same episodes (each drawn episode's swap-control partner re-run beside it; tolerances from the verifier's own
+    spread), refuses an entry whose public-split score beats its
     fresh-layout score beyond noise, and on success writes the verification record: the verifier's own
     fresh-layout scores, swap control and priors, which are what the leaderboard ranks (docs/leaderboard.md).
     Exit 0 verified, 1 not verified, 2 refused before running (impossible values, not the official split, code
