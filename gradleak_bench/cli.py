@@ -1009,17 +1009,26 @@ def round_(
         None, "--signing-key", metavar="PEM", help="sign each record (maintainers; default: "
                                                    "$GRADLEAK_BENCH_SIGNING_KEY); unsigned records are unranked"),
     limit: list[str] = typer.Option([], "--limit", metavar="NAME=VALUE", help=LIMIT_HELP),
+    join: Optional[str] = typer.Option(
+        None, "--join", metavar="ROUND", help="verify on the draw of this finished round (its commitment, 8+ hex "
+        "digits) the entries it does not hold yet (or the --only ones) and add them to it; built-in attacks and "
+        "defenses only"),
 ) -> None:
     """Re-verify every entry on ONE shared fresh draw (seed committed before, revealed after), so the board
     compares entries on the same layouts and decides ties paired per layout (docs/leaderboard.md, "Rounds").
-    Exit 0 all verified, 1 some not (their old records are kept; the others are rewritten)."""
-    from gradleak_bench.leaderboard.rounds import run_round
+    Exit 0 all verified, 1 some not (their old records are kept; the others are rewritten).
+
+    Example, after a new baseline entry: gradleak-bench round --join 913987fb --only dlg__ppo-init"""
+    from gradleak_bench.leaderboard.rounds import join_round, run_round
     from gradleak_bench.leaderboard.signing import signing_key as load_signing_key
 
     key = load_signing_key(signing_key)
-    result = run_round(entries, only, fresh_layouts, episodes, key,
-                       say=lambda text: _say(_wrapped(text, console.width)), limits=_limits(limit))
-    if not all(e.verified for e in result.entries):
+    say = lambda text: _say(_wrapped(text, console.width))  # noqa: E731
+    if join is not None:
+        done = join_round(entries, join, only, key, say=say, limits=_limits(limit))
+    else:
+        done = run_round(entries, only, fresh_layouts, episodes, key, say=say, limits=_limits(limit)).entries
+    if not all(e.verified for e in done):
         raise typer.Exit(1)
 
 

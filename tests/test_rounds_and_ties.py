@@ -112,3 +112,58 @@ def test_a_round_scores_every_entry_on_one_draw_and_reveals_the_seed_after(tmp_p
     assert {r.fresh_seed for r in verified.values()} == {data["seed"]}
     md = render_markdown(entries, Shown(entries, {}, verified, status))
     assert f"Round {data['commitment'][:16]}: 2 of 2 ranked entries" in md
+    # An entry made after the round joins its draw (built-in code only): same seed and fresh ids as the others,
+    # marked joined in the round file, and the board still says every ranked entry is on that round.
+    submit(official_run, "closed_form_late", ["B"], out=board / "entries")
+    joined = subprocess.run([sys.executable, "-m", "gradleak_bench.cli", "round", "--entries", str(board / "entries"),
+                             "--join", data["commitment"][:8], "--signing-key", str(tmp_path / "ci.pem")],
+                            capture_output=True, text=True, timeout=900, env=dict(os.environ, COLUMNS="200"))
+    assert joined.returncode == 0, joined.stdout[-2000:] + joined.stderr[-3000:]
+    after = json.loads(round_file.read_text())
+    assert after["seed"] == data["seed"] and [e["entry"] for e in after["entries"][:2]] == \
+        [e["entry"] for e in data["entries"]]
+    assert after["entries"][2]["entry"].endswith("closed_form_late__ppo-init.json") and after["entries"][2]["joined"]
+    entries = schema.load_entries(board / "entries")
+    verified, status = current_records(entries, board / "entries")
+    assert len(verified) == 3 and len({r.fresh_ids for r in verified.values()}) == 1, status
+    assert f"Round {data['commitment'][:16]}: 3 of 3 ranked entries" in render_markdown(
+        entries, Shown(entries, {}, verified, status))
+
+
+def test_only_built_in_code_joins_a_revealed_round_and_an_open_round_takes_none(tmp_path):
+    """After the reveal anyone can regenerate a round's fresh layouts: a shipped-file plug-in cannot join (it
+    could carry their frames), nor can anything join a round whose seed is still secret."""
+    import json
+
+    import pytest
+
+    from gradleak_bench.errors import GradleakError
+    from gradleak_bench.leaderboard.rounds import find_round, join_round
+
+    entries = tmp_path / "leaderboard" / "entries"
+    folder = entries / "PointNav" / "none"
+    folder.mkdir(parents=True)
+    source = ROOT / "leaderboard" / "entries" / "PointNav" / "none" / "closed_form__a2c-trained.json"
+    data = json.loads(source.read_text())
+    code = "class Mine: pass\n"
+    from gradleak_bench.leaderboard import binding
+
+    digest = binding.sha256_bytes(code.encode())
+    data["attack_code"] = {"source": "file", "name": "Mine", "file": f"mine-{digest[:12]}.py", "sha256": digest}
+    (folder / data["attack_code"]["file"]).write_text(code)
+    (folder / "mine__a2c-trained.json").write_text(json.dumps(data))
+    rounds = tmp_path / "leaderboard" / "rounds"
+    rounds.mkdir()
+    commitment = FreshLayouts(5, 3).commitment
+    base = {"schema": "gradleak-bench-round/1", "commitment": commitment, "layouts": 3, "public_episodes": 2,
+            "started": "2026-12-04T00:00:00+00:00", "entries": []}
+    (rounds / f"{commitment[:16]}.json").write_text(json.dumps(dict(base, seed=None, finished=None)))
+    with pytest.raises(GradleakError, match="not finished"):
+        join_round(entries, commitment[:8], say=lambda _: None)
+    (rounds / f"{commitment[:16]}.json").write_text(json.dumps(dict(base, seed=5, finished="2026-12-04T01:00:00+00:00")))
+    with pytest.raises(GradleakError, match="only built-in code may join"):
+        join_round(entries, commitment[:8], say=lambda _: None)
+    with pytest.raises(GradleakError, match="no round matches"):
+        find_round(rounds, "0123456789abcdef")
+    with pytest.raises(GradleakError, match="at least 8 hex digits"):
+        find_round(rounds, "../x")

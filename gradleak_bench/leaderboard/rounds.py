@@ -10,9 +10,11 @@ when it decides ties.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ class RoundEntry:
     verified: bool
     seconds: float
     failures: tuple[str, ...] = ()
+    joined: str | None = None  # when it joined the round after the reveal (built-in code only), else None
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,14 @@ class Round:
         return {"schema": SCHEMA, "commitment": self.commitment, "seed": self.seed, "layouts": self.layouts,
                 "public_episodes": self.episodes, "started": self.started, "finished": self.finished,
                 "seconds": round(sum(e.seconds for e in self.entries), 1),
-                "entries": [{"entry": e.entry, "verified": e.verified, "seconds": round(e.seconds, 1),
-                             "failures": list(e.failures)} for e in self.entries]}
+                "entries": [_entry_dict(e) for e in self.entries]}
+
+
+def _entry_dict(e: RoundEntry) -> dict[str, Any]:
+    out = {"entry": e.entry, "verified": e.verified, "seconds": round(e.seconds, 1), "failures": list(e.failures)}
+    if e.joined is not None:
+        out["joined"] = e.joined
+    return out
 
 
 def _now() -> str:
@@ -73,17 +82,10 @@ def run_round(entries_dir: Path, only: list[str] | None = None, layouts: int = 1
               signing_key: Any = None, say: Callable[[str], None] = print, limits: Any = None) -> Round:
     """Verify every entry under ``entries_dir`` (those whose path contains one of ``only``, when given) on one
     fresh draw; write each passing entry's record and the round file. Returns the round (seed revealed)."""
-    from gradleak_bench.errors import GradleakError
-    from gradleak_bench.leaderboard import record as records
-    from gradleak_bench.leaderboard.schema import load_entry
-    from gradleak_bench.leaderboard.verify import make_record, verify_entry
     from gradleak_bench.run.fresh import FreshLayouts
 
     entries_dir = Path(entries_dir)
-    files = sorted(p for p in entries_dir.rglob("*.json")
-                   if not only or any(o in p.relative_to(entries_dir).as_posix() for o in only))
-    if not files:
-        raise GradleakError(f"no entries under {entries_dir}" + (f" matching {only}" if only else ""))
+    files = _entry_files(entries_dir, only)
     secret = int.from_bytes(os.urandom(8), "little") >> 1
     commitment = FreshLayouts(secret, layouts).commitment
     started = _now()
@@ -93,6 +95,103 @@ def run_round(entries_dir: Path, only: list[str] | None = None, layouts: int = 1
                         "public_episodes": episodes, "started": started, "finished": None, "entries": []})
     say(f"round {commitment[:16]}: {len(files)} entries on one draw of {layouts} fresh layouts "
         f"(commitment {commitment}; the seed is revealed at the end)")
+    done = _verify_on_draw(files, entries_dir, secret, layouts, episodes, signing_key, say, limits)
+    out = Round(commitment, secret, layouts, episodes, started, _now(), tuple(done))
+    _write(round_file, out.to_dict())
+    say(f"round {commitment[:16]} done: {sum(e.verified for e in done)} of {len(done)} verified in "
+        f"{sum(e.seconds for e in done):.0f} s; seed {secret} revealed in {round_file}")
+    return out
+
+
+def _entry_files(entries_dir: Path, only: list[str] | None) -> list[Path]:
+    from gradleak_bench.errors import GradleakError
+
+    files = sorted(p for p in entries_dir.rglob("*.json")
+                   if not only or any(o in p.relative_to(entries_dir).as_posix() for o in only))
+    if not files:
+        raise GradleakError(f"no entries under {entries_dir}" + (f" matching {only}" if only else ""))
+    return files
+
+
+def join_round(entries_dir: Path, round_id: str, only: list[str] | None = None, signing_key: Any = None,
+               say: Callable[[str], None] = print, limits: Any = None) -> list[RoundEntry]:
+    """Verify entries on the draw of a finished round (its seed revealed), so that an entry made after the round
+    is compared paired with the others; add them to the round file, marked ``joined``.
+
+    Only entries whose attack and defense are built into gradleak-bench may join: once a round's seed is public,
+    anyone can regenerate its fresh layouts, and a plug-in written after the reveal could carry their frames. A
+    built-in's code is this repository's, reviewed in its history; anything else needs a new round.
+    ``only`` picks the entries (path parts); by default every entry the round does not hold yet."""
+    from gradleak_bench.errors import GradleakError
+    from gradleak_bench.leaderboard.schema import load_entry
+
+    entries_dir = Path(entries_dir)
+    round_file = find_round(entries_dir.parent / FOLDER, round_id)
+    data = json.loads(round_file.read_text())
+    if data.get("seed") is None:
+        raise GradleakError(f"round {round_id} is not finished (its seed is not revealed yet): wait for it, or "
+                            "start a new round with `gradleak-bench round`.")
+    held = {e["entry"] for e in data["entries"]}
+    files = [p for p in _entry_files(entries_dir, only) if only or p.relative_to(entries_dir).as_posix() not in held]
+    if not files:
+        raise GradleakError(f"every entry under {entries_dir} is in round {round_id} already; pass --only to "
+                            "re-verify one on its draw.")
+    for path in files:
+        entry = load_entry(path)
+        outside = [c.describe() for c in (entry.attack_code, entry.defense_code) if c.source != "registered"]
+        if outside:
+            raise GradleakError(
+                f"{path.relative_to(entries_dir)} runs {' and '.join(outside)}: only built-in code may join a "
+                f"round after its seed is revealed (the seed regenerates the fresh layouts, and code written "
+                f"after the reveal could carry their frames). Start a new round: gradleak-bench round --only "
+                f"{path.stem}")
+    secret, layouts, episodes = int(data["seed"]), int(data["layouts"]), int(data["public_episodes"])
+    say(f"joining round {data['commitment'][:16]} (seed {secret}, revealed {data['finished']}): "
+        f"{len(files)} built-in entries on its {layouts} fresh layouts")
+    done = [dataclasses.replace(e, joined=_now())
+            for e in _verify_on_draw(files, entries_dir, secret, layouts, episodes, signing_key, say, limits)]
+    names = {e.entry for e in done}
+    data["entries"] = [e for e in data["entries"] if e["entry"] not in names] + [_entry_dict(e) for e in done]
+    data["seconds"] = round(sum(float(e["seconds"]) for e in data["entries"]), 1)
+    _write(round_file, data)
+    say(f"{sum(e.verified for e in done)} of {len(done)} joined round {data['commitment'][:16]} "
+        f"({sum(e.seconds for e in done):.0f} s); {round_file} lists them as joined")
+    return done
+
+
+def find_round(folder: Path, round_id: str) -> Path:
+    """The round file whose commitment starts with ``round_id`` (at least 8 hex digits, one match)."""
+    from gradleak_bench.errors import GradleakError
+
+    if not re.fullmatch(r"[0-9a-f]{8,64}", round_id or ""):
+        raise GradleakError(f"a round is named by its commitment (at least 8 hex digits, as in "
+                            f"leaderboard/rounds/<commitment>.json), got {round_id!r}.")
+    matches = []
+    for path in sorted(folder.glob("*.json")):
+        if path.stem.startswith(round_id[:16]):
+            try:
+                commitment = json.loads(path.read_text()).get("commitment", "")
+            except (OSError, ValueError, AttributeError) as exc:
+                raise GradleakError(f"cannot read round file {path}: {exc}") from exc
+            if isinstance(commitment, str) and commitment.startswith(round_id):
+                matches.append(path)
+    if len(matches) != 1:
+        known = ", ".join(p.stem for p in sorted(folder.glob("*.json"))) or "none"
+        raise GradleakError(f"{'no' if not matches else 'more than one'} round matches {round_id!r} in {folder} "
+                            f"(rounds: {known}).")
+    return matches[0]
+
+
+def _verify_on_draw(files: list[Path], entries_dir: Path, secret: int, layouts: int, episodes: int,
+                    signing_key: Any, say: Callable[[str], None], limits: Any) -> list[RoundEntry]:
+    """Verify ``files`` on the draw of ``secret``; write every passing entry's record once all are done (a
+    record publishes the seed). Returns one :class:`RoundEntry` per file, in order."""
+    from gradleak_bench.errors import GradleakError
+    from gradleak_bench.leaderboard import record as records
+    from gradleak_bench.leaderboard.schema import load_entry
+    from gradleak_bench.leaderboard.verify import make_record, verify_entry
+    from gradleak_bench.paths import atomic_write_bytes
+
     done: list[RoundEntry] = []
     pending: list[tuple[Path, str]] = []
     for path in files:
@@ -106,7 +205,7 @@ def run_round(entries_dir: Path, only: list[str] | None = None, layouts: int = 1
         except GradleakError as exc:
             entry, result, failures = None, None, (str(exc),)
         seconds = time.perf_counter() - t0
-        if result is not None and result.ok:  # written when the round ends: a record publishes the seed
+        if result is not None and result.ok:
             made = make_record(entry, path, result, public_seed(secret))
             text = made.to_json() if signing_key is None else records.signed_json(made, signing_key)
             pending.append((records.record_path(entries_dir, entry.relative_path), text))
@@ -114,13 +213,7 @@ def run_round(entries_dir: Path, only: list[str] | None = None, layouts: int = 1
         say(f"  {rel}: {'verified' if not failures else 'NOT verified'} ({seconds:.0f} s)")
         for failure in failures[:3]:
             say(f"    {failure}")
-    from gradleak_bench.paths import atomic_write_bytes
-
     for target, text in pending:
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(target, text.encode())
-    out = Round(commitment, secret, layouts, episodes, started, _now(), tuple(done))
-    _write(round_file, out.to_dict())
-    say(f"round {commitment[:16]} done: {sum(e.verified for e in done)} of {len(done)} verified in "
-        f"{sum(e.seconds for e in done):.0f} s; seed {secret} revealed in {round_file}")
-    return out
+    return done
