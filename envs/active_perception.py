@@ -14,6 +14,13 @@ least ``SUCCESS_STEPS_IN_VIEW`` (50) of the episode's steps, i.e. in half of a f
 what the reward pays for (finding the target and keeping it in view) as an event a random policy rarely reaches
 (docs/tasks.md). It is only reported: it ends no episode, and the reward, observations and truth fields are
 unchanged (so are the official splits).
+
+``reward_offset`` (default 0: the task's reward as specified) is subtracted from every step's reward, for
+training only (the victim zoo's REINFORCE recipe, docs/tasks.md). An episode here always runs its full 100
+steps (nothing terminates it), so a constant per-step offset lowers every return-to-go by an amount that
+depends on the time left but never on the actions: a time-dependent baseline. It leaves REINFORCE's policy
+gradient unbiased and the best policy unchanged, and centres returns that are otherwise almost all positive
+(so that every sampled action would be reinforced).
 """
 from __future__ import annotations
 
@@ -39,9 +46,12 @@ class ActivePerception(TaskEnv):
 
     def __init__(self, spec: TaskSpec, backend: str = "pybullet", layouts: Any = "train",
                  image_size: int | None = None, render_mode: str | None = None, fov: float | None = None,
-                 backend_options: dict[str, Any] | None = None):
+                 backend_options: dict[str, Any] | None = None, reward_offset: float = 0.0):
         super().__init__(spec, backend, layouts, image_size, render_mode, fov, backend_options)
         self.observation_space = self.task_observation_space(spec, self.image_size)
+        self.reward_offset = float(reward_offset)
+        if not np.isfinite(self.reward_offset):
+            raise ValueError(f"reward_offset must be a finite number, got {reward_offset!r}")
         self.target: Target | None = None
         self.target_name = ""
         self.target_position = np.zeros(2, dtype=np.float32)
@@ -78,7 +88,7 @@ class ActivePerception(TaskEnv):
         # called once per step, after the move: the step's view also counts towards success
         bbox, score = self._target_view()
         self.steps_in_view += int(score > 0.0 or bool(bbox.any()))
-        return score - STEP_PENALTY, False
+        return score - STEP_PENALTY - self.reward_offset, False
 
     def _observation(self) -> dict[str, np.ndarray]:
         return {"rgb": self._view.rgb.copy(), "depth": self._view.depth[:, :, None].copy(),

@@ -131,6 +131,26 @@ def test_active_perception_spaces_bbox_reward(active):
     assert not info["target_visible"] and np.all(obs["bbox"] == 0) and reward == pytest.approx(-0.01)
 
 
+
+def test_active_perception_training_offset_shifts_rewards_only():
+    """The REINFORCE recipe's reward_offset: the same episode (frames, info, truncation) with every reward lowered
+    by exactly the offset; a non-finite offset is refused."""
+    plain = gym.make("gradleak/ActivePerception-v0", layouts=[0])
+    shifted = gym.make("gradleak/ActivePerception-v0", layouts=[0], reward_offset=0.25)
+    try:
+        a, _ = plain.reset(seed=5)
+        b, _ = shifted.reset(seed=5)
+        for action in (0, 4, 4, 2, 6, 5, 1):
+            a, ra, ta, ua, ia = plain.step(action)
+            b, rb, tb, ub, ib = shifted.step(action)
+            assert all(np.array_equal(a[k], b[k]) for k in a) and (ta, ua) == (tb, ub) and not ta
+            assert ia["visibility"] == ib["visibility"] and rb == ra - 0.25
+    finally:
+        plain.close()
+        shifted.close()
+    with pytest.raises(ValueError, match="finite"):
+        gym.make("gradleak/ActivePerception-v0", layouts=[0], reward_offset=float("nan"))
+
 def test_invalid_layouts():
     with pytest.raises(InvalidLayoutError, match="out of range"):
         PointNavEnv(layouts=[120])

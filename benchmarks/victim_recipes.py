@@ -1,0 +1,105 @@
+"""Recipe trials: train a zoo victim with a changed training recipe and keep its learning curve.
+
+A victim that does not learn (docs/tasks.md, "Victim zoo") needs a recipe change, and a recipe is chosen on its
+curve, not guessed. This trains ``TASK/VICTIM`` with ``--set`` changes to its *training* only (SB3
+hyperparameters, ``n_envs``, the training env's keyword arguments, the budget), never its loss, network or
+initialisation: the variant starts from the zoo's committed ``init`` weights, and the stream still attacks the
+loss the zoo states. Training goes through ``train_spec`` (resumable, cached by the variant's config hash, a
+learning curve every 32,768 steps on 32 val episodes beside the random policy's), so if the zoo later adopts
+the recipe, ``gradleak-bench train-victim`` finds the trial's progress and checkpoint already there. The trial's
+curve and report are appended to ``benchmarks/results/victim_recipes.json``::
+
+    OMP_NUM_THREADS=1 python benchmarks/victim_recipes.py ActivePerception/reinforce \\
+        --set env_kwargs.reward_offset=0.03 --set learning_rate=2e-4 --set n_envs=8 --budget 200000
+
+``--set KEY=VALUE``: ``n_envs``, ``env_kwargs.NAME`` or an SB3 hyperparameter (``learning_rate``, ``n_steps``,
+``buffer_size``, ...); values are read as JSON (``2e-4``, ``true``, ``[64, 64]``), else kept as text. Run the same
+command again to resume; Ctrl-C keeps the last save.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results" / "victim_recipes.json"
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def variant(spec: Any, changes: list[str], budget: int | None) -> Any:
+    """``spec`` with the ``--set`` changes applied to its training recipe."""
+    train = spec.train
+    hyperparams, env_kwargs, n_envs = dict(train.hyperparams), dict(train.env_kwargs), train.n_envs
+    for change in changes:
+        key, sep, text = change.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set takes KEY=VALUE, got {change!r}")
+        value = _value(text)
+        if key == "n_envs":
+            n_envs = int(value)
+        elif key.startswith("env_kwargs."):
+            env_kwargs[key.split(".", 1)[1]] = value
+        elif key in ("loss", "policy", "policy_kwargs", "init_seed", "image_size"):
+            raise SystemExit(f"--set {key}: a recipe trial changes training only; the victim's {key} is the zoo's")
+        else:
+            hyperparams[key] = value
+    train = dataclasses.replace(train, hyperparams=hyperparams, env_kwargs=env_kwargs, n_envs=n_envs,
+                                total_timesteps=int(budget or train.total_timesteps))
+    return dataclasses.replace(spec, train=train)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("victim", help="TASK/VICTIM, e.g. ActivePerception/reinforce")
+    parser.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--budget", type=int, default=None, help="environment steps (default: the zoo's budget)")
+    parser.add_argument("--workers", type=int, default=1, help="environment worker processes (0: in process)")
+    parser.add_argument("--eval-episodes", type=int, default=32, help="val episodes of the closing report")
+    parser.add_argument("--note", default="", help="why this trial (kept with its result)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    from gradleak_bench.victims.card import cached_dir
+    from gradleak_bench.victims.training import read_curve, train_spec
+    from gradleak_bench.victims.zoo import get_victim
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    task, _, name = args.victim.partition("/")
+    zoo = get_victim(task, name)
+    spec = variant(zoo, args.changes, args.budget)
+    print(f"{spec.key} trial {spec.config_hash()}: {args.changes or 'the zoo recipe'}, "
+          f"{spec.train.total_timesteps:,} steps", flush=True)
+    report = train_spec(spec, args.eval_episodes, progress=True, desc=f"trial {spec.key}", workers=args.workers)
+    directory = cached_dir(spec)
+    curve = json.loads((directory / "curve.json").read_text()) if (directory / "curve.json").is_file() else {}
+    row = {"victim": spec.key, "config_hash": spec.config_hash(), "changes": args.changes, "note": args.note,
+           "train": dataclasses.asdict(spec.train), "report": {k: v for k, v in report.items()},
+           "curve": read_curve(directory), "curve_random": curve.get("random"),
+           "torch_threads": torch.get_num_threads(), "workers": args.workers}
+    for part in ("val", "val_random"):
+        row["report"][part] = {k: v for k, v in report[part].items() if k != "per_episode"}
+    rows = json.loads(RESULTS.read_text()) if RESULTS.is_file() else []
+    rows = [r for r in rows if r["config_hash"] != row["config_hash"]] + [row]
+    RESULTS.write_text(json.dumps(rows, indent=1) + "\n")
+    print(f"{'steps':>8}  success  return")
+    for point in row["curve"]:
+        print(f"{point['timesteps']:>8,}  {point['success_rate']:7.1%}  {point['mean_return']:6.2f}")
+    val, rnd = report["val"], report["val_random"]
+    print(f"closing check on {val['episodes']} val episodes: {val['success_rate']:.1%} "
+          f"{val['success_ci95']} vs random {rnd['success_rate']:.1%}; written to {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
