@@ -14,6 +14,7 @@ Coordinates every backend reports in: ``x``, ``y`` on the floor plane (right-han
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -130,6 +131,15 @@ class Backend(Protocol):
     def connected(self, a: np.ndarray, b: np.ndarray) -> bool:
         """Whether the robot can walk from ``a`` to ``b`` (both navigable points)."""
 
+    def walking_distances(self, goal: np.ndarray) -> Callable[[float, float], float]:
+        """The shortest walking distance (metres) to ``goal`` (x, y), a navigable point of the loaded scene, as
+        a function of the robot's (x, y): what PointNav's ``progress_distance="geodesic"`` shaping reads every
+        step, so it is built once per goal and cheap to call.
+
+        Raises:
+            NotImplementedError: When the backend has no navigation map to measure it on.
+        """
+
     def targets(self) -> list[Target]:
         """Candidate ActivePerception targets of the loaded scene, in a fixed order."""
 
@@ -208,6 +218,11 @@ class SceneBackend:
 
     def nearby(self, position: np.ndarray) -> np.ndarray | None:
         return None
+
+    def walking_distances(self, goal: np.ndarray) -> Callable[[float, float], float]:
+        raise NotImplementedError(
+            f"the {self.name} backend measures no walking distances, so PointNav's progress_distance='geodesic' "
+            "shaping cannot run on it; use progress_distance='straight' (or train on the pybullet backend).")
 
 
 def choose_target(backend: Any, rng: np.random.Generator) -> Target:

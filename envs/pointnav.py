@@ -7,12 +7,17 @@ within :data:`SUCCESS_DISTANCE` of the goal, which terminates the episode. Goals
 (:mod:`gradleak_bench.tasks`).
 
 ``progress_reward`` (default 0: the task's reward as specified) adds that factor times the reduction of the
-straight-line distance to the goal at each step, Habitat's PointNav shaping; the victim zoo trains with it,
-because from pixels the sparse reward alone does not train a NatureCNN policy within a CPU budget (measured:
-0% success after 60k PPO steps, random 12.5%).
+distance to the goal at each step; the victim zoo trains with it, because from pixels the sparse reward alone
+does not train a NatureCNN policy within a CPU budget (measured: 0% success after 60k PPO steps, random
+12.5%). ``progress_distance`` says which distance: ``"straight"`` (the default, the straight line) or
+``"geodesic"``, the shortest walking distance through the scene, as Habitat's PointNav reward measures it
+(``Backend.walking_distances``: PyBullet's free-space grid, Habitat's navmesh). The straight line rewards
+walking into the wall between the robot and a goal in the next room; the walking distance rewards the way
+round through the doorway. Success is the straight-line 1 m of the task either way.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,6 +28,7 @@ from gradleak_bench.envs.task_env import SAME_FLOOR, STEP_PENALTY, TaskEnv
 from gradleak_bench.tasks import TaskSpec
 
 SUCCESS_DISTANCE = 1.0
+PROGRESS_DISTANCES = ("straight", "geodesic")
 GOAL_RANGE = (1.5, 6.0)
 CONNECT_TRIES = 20
 
@@ -32,11 +38,17 @@ class PointNav(TaskEnv):
 
     def __init__(self, spec: TaskSpec, backend: str = "pybullet", layouts: Any = "train",
                  image_size: int | None = None, render_mode: str | None = None, fov: float | None = None,
-                 backend_options: dict[str, Any] | None = None, progress_reward: float = 0.0):
+                 backend_options: dict[str, Any] | None = None, progress_reward: float = 0.0,
+                 progress_distance: str = "straight"):
+        if progress_distance not in PROGRESS_DISTANCES:
+            raise ValueError(f"progress_distance must be one of {', '.join(PROGRESS_DISTANCES)}, "
+                             f"got {progress_distance!r}")
         super().__init__(spec, backend, layouts, image_size, render_mode, fov, backend_options)
         self.observation_space = self.task_observation_space(spec, self.image_size)
         self.goal_position = np.zeros(2, dtype=np.float32)
         self.progress_reward = float(progress_reward)
+        self.progress_distance = progress_distance
+        self._walking: Callable[[float, float], float] | None = None
         self._last_distance = 0.0
 
     @classmethod
@@ -55,15 +67,26 @@ class PointNav(TaskEnv):
             goal = self._draw(mask)
         self.goal_position = goal[:2].astype(np.float32)
         self.backend.show_goal(goal[:2])
-        self._last_distance = float(self._goal_vector()[0])
+        if self.progress_reward and self.progress_distance == "geodesic":
+            self._walking = self.backend.walking_distances(goal[:2])
+        self._last_distance = self._progress_distance()
+
+    def _progress_distance(self) -> float:
+        """The distance the progress shaping reduces (module docstring)."""
+        if self._walking is not None and self.progress_distance == "geodesic":
+            x, y, _, _ = self._pose()
+            return self._walking(float(x), float(y))
+        return float(self._goal_vector()[0])
 
     def _goal_vector(self) -> np.ndarray:
         x, y, yaw, _ = self._pose()
         return goal_vector(x, y, yaw, self.goal_position)
 
     def _reward(self) -> tuple[float, bool]:
-        distance = float(self._goal_vector()[0])
-        success = distance <= SUCCESS_DISTANCE
+        success = float(self._goal_vector()[0]) <= SUCCESS_DISTANCE
+        if not self.progress_reward:
+            return -STEP_PENALTY + (1.0 if success else 0.0), success
+        distance = self._progress_distance()
         progress, self._last_distance = self._last_distance - distance, distance
         return -STEP_PENALTY + (1.0 if success else 0.0) + self.progress_reward * progress, success
 

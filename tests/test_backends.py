@@ -446,3 +446,17 @@ def test_fixtures_have_the_real_api_shapes():
     assert isinstance(ev.metadata["lastActionSuccess"], bool) and "cameraHorizon" in ev.metadata["agent"]
     mods = fake_ai2thor_modules()
     assert mods["ai2thor.controller"].Controller is FakeController
+
+
+def test_geodesic_progress_reads_each_backends_walking_distance(scene_files):
+    """PointNav's geodesic shaping asks the backend: Habitat's pathfinder (the fake's geodesic distance is the
+    straight line inside its room); AI2-THOR has no navigation map and says to use the straight line."""
+    env = habitat_env("PointNav", scene_files, progress_reward=1.0, progress_distance="geodesic")
+    env.reset(seed=0, options={"layout_id": 1})
+    u = env.unwrapped
+    walk = u.backend.walking_distances(u.goal_position)
+    x, y, _, _ = u._pose()
+    assert walk(float(x), float(y)) == pytest.approx(float(u._goal_vector()[0]), abs=1e-4)
+    env.close()
+    with pytest.raises(NotImplementedError, match="progress_distance='straight'"):
+        thor_env("PointNav", progress_reward=1.0, progress_distance="geodesic").reset(seed=0)

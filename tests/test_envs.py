@@ -151,6 +151,58 @@ def test_active_perception_training_offset_shifts_rewards_only():
     with pytest.raises(ValueError, match="finite"):
         gym.make("gradleak/ActivePerception-v0", layouts=[0], reward_offset=float("nan"))
 
+
+def test_walking_distance_goes_round_a_wall():
+    """walking_distance_grid on a room split by a wall with one gap: the way round, not through; 8-connected
+    (a diagonal cell step is sqrt(2) cells); blocked cells are inf; a goal on a blocked cell is refused."""
+    from gradleak_bench.envs.pybullet.adapter import walking_distance_grid
+
+    free = np.ones((10, 10), dtype=bool)
+    free[:, 5] = False
+    free[9, 5] = True  # the gap, bottom row
+    d = walking_distance_grid(free, (0, 4), 0.1)
+    assert d[0, 4] == 0 and math.isinf(d[0, 5])
+    assert d[0, 3] == pytest.approx(0.1) and d[1, 3] == pytest.approx(0.1 * math.sqrt(2))
+    # (0, 6) is 0.2 m away in a straight line; walking: 8 cells down, a diagonal into the gap (9, 5), a diagonal
+    # out of it, 8 cells up
+    assert d[0, 6] == pytest.approx(0.1 * (16 + 2 * math.sqrt(2)))
+    with pytest.raises(ValueError, match="not free"):
+        walking_distance_grid(free, (0, 5), 0.1)
+
+
+def test_pointnav_geodesic_progress_shaping():
+    """progress_distance='geodesic': the shaping pays the reduction of the walking distance (never shorter than
+    the straight line, up to the grid's octile rounding), the straight-line success is unchanged, and a backend
+    without a navigation map or an unknown distance is refused with what to use."""
+    from gradleak_bench.envs.backend import SceneBackend
+
+    env = gym.make("gradleak/PointNav-v0", layouts=[0, 1], progress_reward=1.0, progress_distance="geodesic")
+    u = env.unwrapped
+    try:
+        for seed in range(4):
+            env.reset(seed=seed)
+            walk = u.backend.walking_distances(u.goal_position)
+            x, y, _, _ = u._pose()
+            straight = float(u._goal_vector()[0])
+            assert walk(float(x), float(y)) >= straight - 0.15
+            gx, gy = (float(v) for v in u.goal_position)
+            assert walk(gx, gy) == 0.0
+            before = walk(float(x), float(y))
+            for action in (0, 1, 0, 0, 2, 0):
+                _, reward, terminated, _, info = env.step(action)
+                x, y, _, _ = u._pose()
+                after = walk(float(x), float(y))
+                assert reward == pytest.approx(-0.01 + (1.0 if info["success"] else 0.0) + before - after, abs=1e-9)
+                before = after
+                if terminated:
+                    break
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="progress_distance"):
+        gym.make("gradleak/PointNav-v0", layouts=[0], progress_distance="manhattan")
+    with pytest.raises(NotImplementedError, match="straight"):
+        SceneBackend().walking_distances(np.zeros(2))
+
 def test_invalid_layouts():
     with pytest.raises(InvalidLayoutError, match="out of range"):
         PointNavEnv(layouts=[120])

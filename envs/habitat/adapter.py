@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -218,6 +219,26 @@ class HabitatBackend(SceneBackend):
         path = self.hs.ShortestPath()
         path.requested_start, path.requested_end = self._to_habitat(a), self._to_habitat(b)
         return bool(self.sim.pathfinder.find_path(path)) and math.isfinite(float(path.geodesic_distance))
+
+    def walking_distances(self, goal: np.ndarray) -> Callable[[float, float], float]:
+        """The navmesh's geodesic distance (Habitat's own PointNav measure), one path query per call, at the
+        goal's height."""
+        end = self._to_habitat(np.array([goal[0], goal[1], self._goal_height(goal)]))
+
+        def distance(x: float, y: float) -> float:
+            path = self.hs.ShortestPath()
+            path.requested_start = self._to_habitat(np.array([x, y, end[1]]))
+            path.requested_end = end
+            self.sim.pathfinder.find_path(path)
+            return float(path.geodesic_distance)
+
+        return distance
+
+    def _goal_height(self, goal: np.ndarray) -> float:
+        """The height of the navigable point nearest to ``goal`` (x, y)."""
+        if not len(self._points):
+            return 0.0
+        return float(self._points[int(np.argmin(np.linalg.norm(self._points[:, :2] - goal[:2], axis=1))), 2])
 
     def targets(self) -> list[Target]:
         scene = getattr(self.sim, "semantic_scene", None)

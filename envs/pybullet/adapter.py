@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -108,6 +108,7 @@ class PyBulletBackend:
         self._layout: int | None = None
         self._free = np.zeros((0, 2))
         self._free_rooms: np.ndarray | None = None
+        self._nearest_free: np.ndarray | None = None
         self._target: int | None = None
         self._beacon: int | None = None
 
@@ -142,6 +143,7 @@ class PyBulletBackend:
         self._layout = layout_id
         self._free = self._scene.apartment.free_points()
         self._free_rooms = None  # room of each free point, computed once per layout when asked
+        self._nearest_free = None  # the nearest free cell of every cell, likewise
         self._target = self._beacon = None  # the rebuild removed them
 
     @property
@@ -192,6 +194,27 @@ class PyBulletBackend:
         r = self.robot
         return self.apartment.room_of(r.x, r.y)
 
+    def walking_distances(self, goal: np.ndarray) -> Callable[[float, float], float]:
+        """Shortest paths on the free-space grid (:func:`walking_distance_grid`); a position off the grid's free
+        cells (the grid keeps a margin the robot's collision test does not) reads its nearest free cell."""
+        apt = self.apartment
+        if self._nearest_free is None:
+            self._nearest_free = nearest_free_cells(apt.free)
+        nearest = self._nearest_free
+        rows, cols = apt.free.shape
+
+        def cell(x: float, y: float) -> tuple[int, int]:
+            i = min(max(int(math.floor(y / apt.cell)), 0), rows - 1)
+            j = min(max(int(math.floor(x / apt.cell)), 0), cols - 1)
+            return int(nearest[0, i, j]), int(nearest[1, i, j])
+
+        field = walking_distance_grid(apt.free, cell(float(goal[0]), float(goal[1])), apt.cell)
+
+        def distance(x: float, y: float) -> float:
+            return float(field[cell(x, y)])
+
+        return distance
+
     def show_goal(self, position: np.ndarray) -> None:
         if self._beacon is None:
             # Visual only (no collision shape): the robot can drive into it, and it never blocks a move.
@@ -233,3 +256,24 @@ class PyBulletBackend:
         if self._client is not None and p.isConnected(self._client):
             p.disconnect(self._client)
         self._client = None
+
+
+def nearest_free_cells(free: np.ndarray) -> np.ndarray:
+    """(2, rows, cols): the row and column of the free cell nearest to every cell (a free cell: itself)."""
+    from scipy import ndimage
+
+    return ndimage.distance_transform_edt(~free, return_indices=True)[1]
+
+
+def walking_distance_grid(free: np.ndarray, goal: tuple[int, int], cell: float) -> np.ndarray:
+    """Metres from every free cell to the free cell ``goal`` along the shortest 8-connected path through free
+    cells (scikit-image's minimum-cost path with unit cost per cell: a diagonal step costs sqrt(2) cells);
+    blocked cells are inf. The apartment's free space is one connected component, so every free cell has one."""
+    from skimage.graph import MCP_Geometric
+
+    if not free[goal]:
+        raise ValueError(f"the goal cell {goal} is not free")
+    costs = np.where(free, 1.0, -1.0)  # negative: impassable
+    field, _ = MCP_Geometric(costs, fully_connected=True).find_costs([goal])
+    field = np.where(free, field * cell, np.inf)
+    return field
