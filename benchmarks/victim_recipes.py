@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="environment worker processes (0: in process)")
     parser.add_argument("--eval-episodes", type=int, default=32, help="val episodes of the closing report")
     parser.add_argument("--note", default="", help="why this trial (kept with its result)")
+    parser.add_argument("--validate", action="store_true",
+                        help="also run the committed validation (120 val episodes, the learned rule) on the trial's "
+                             "trained weights beside the random policy")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
@@ -89,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
            "torch_threads": torch.get_num_threads(), "workers": args.workers}
     for part in ("val", "val_random"):
         row["report"][part] = {k: v for k, v in report[part].items() if k != "per_episode"}
+    if args.validate:
+        row["validation"] = validate_trial(spec, directory)
     rows = json.loads(RESULTS.read_text()) if RESULTS.is_file() else []
     rows = [r for r in rows if r["config_hash"] != row["config_hash"]] + [row]
     RESULTS.write_text(json.dumps(rows, indent=1) + "\n")
@@ -98,7 +103,30 @@ def main(argv: list[str] | None = None) -> int:
     val, rnd = report["val"], report["val_random"]
     print(f"closing check on {val['episodes']} val episodes: {val['success_rate']:.1%} "
           f"{val['success_ci95']} vs random {rnd['success_rate']:.1%}; written to {RESULTS}")
+    if args.validate:
+        from gradleak_bench.victims.validation import format_row
+
+        for name, policy_row in row["validation"]["policies"].items():
+            print(f"validation {name}: {format_row(policy_row)}")
+        print(f"learned by the committed rule: {'yes' if row['validation']['learned'] else 'no'}")
     return 0
+
+
+def validate_trial(spec: Any, directory: Path) -> dict[str, Any]:
+    """The committed validation (:func:`gradleak_bench.victims.validation.validate`: 120 val episodes, the
+    learned rule) of the trial's trained weights, loaded from its cache folder (the zoo's published checkpoint,
+    written for another recipe, is not it)."""
+    from gradleak_bench.tasks import get_task
+    from gradleak_bench.victims.checkpoint import load_located
+    from gradleak_bench.victims.validation import validate
+
+    weights = directory / "trained.safetensors"
+    sha = json.loads(weights.with_suffix(".json").read_text())["weights_sha256"]
+    trained = load_located(spec, get_task(spec.task), "trained", (weights, sha))
+    result = validate(spec, {"random": None, "trained": trained.policy}, weights={"trained": sha})
+    for policy_row in result["policies"].values():
+        policy_row.pop("per_episode", None)
+    return result
 
 
 if __name__ == "__main__":
