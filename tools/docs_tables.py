@@ -974,6 +974,27 @@ TABLES: dict[str, Table] = {
     "import_costs": IMPORT_COSTS,
     # per committed entry and board: public (development) score, fresh-layout score, gap, the strongest
     # reference on the fresh layouts and the leakage over it, verify seconds
+    "victim_recipes": Table(
+        "docs/tasks.md", {"data": "benchmarks/results/victim_recipes.json"},
+        rows=Loop("r", "data", let={"v": "r.validation?.policies?"}),
+        columns=(Col("victim", "`{r.victim}`"),
+                 Col("training change (the rest is the zoo's recipe)", Join("c", "r.changes", "`{c}`")),
+                 Col("steps", "{r.report.timesteps:,}"),
+                 Col("hours: wall / CPU", "{r.report.train_seconds|per(3600):.2f} / "
+                                          "{r.report.train_cpu_seconds?|per(3600):.2f}"),
+                 Col("learning curve: success on its 32 val episodes", (
+                     Join("p", "r.curve|thin('timesteps', 98304)",
+                          "{p.timesteps|per(1000):.0f}k {p.success_rate|times(100):.0f}%"),
+                     " (random {r.curve_random.success_rate|times(100):.0f}%)")),
+                 Col("committed validation (120 val episodes): success, return", When(
+                     "v", ("{v.trained.success_rate|times(100):.1f}% [{v.trained.success_ci95|min|times(100):.1f}, "
+                           "{v.trained.success_ci95|max|times(100):.1f}], {v.trained.mean_return:.2f} vs random "
+                           "{v.random.success_rate|times(100):.1f}%, {v.random.mean_return:.2f}: learned ",
+                           "{r.validation.learned|yesno}"), "not run"))),
+        note="`python benchmarks/victim_recipes.py TASK/VICTIM --set KEY=VALUE ...` (one row per trial, "
+             "`benchmarks/results/victim_recipes.json`); torch on 1 thread, the environments in the learner's "
+             "process or one worker (`workers` in the JSON), on the shared 2-core machine beside one or two other jobs (1-min load 2-3), so wall "
+             "hours are pessimistic; CPU hours count the learner and its workers."),
     "fresh_gap": Table(
         "docs/leaderboard.md", {"data": "benchmarks/results/fresh_gap.json"},
         rows=Loop("r", "data.rows", let={"spec": "r.metric|contains('psnr')|choose('.1f', '.3f')",
