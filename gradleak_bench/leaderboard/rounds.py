@@ -127,8 +127,8 @@ def join_round(entries_dir: Path, round_id: str, only: list[str] | None = None, 
 
     entries_dir = Path(entries_dir)
     round_file = find_round(entries_dir.parent / FOLDER, round_id)
-    data = json.loads(round_file.read_text())
-    if data.get("seed") is None:
+    data = _read_round(round_file)
+    if data["seed"] is None:
         raise GradleakError(f"round {round_id} is not finished (its seed is not revealed yet): wait for it, or "
                             "start a new round with `gradleak-bench round`.")
     held = {e["entry"] for e in data["entries"]}
@@ -157,6 +157,23 @@ def join_round(entries_dir: Path, round_id: str, only: list[str] | None = None, 
     say(f"{sum(e.verified for e in done)} of {len(done)} joined round {data['commitment'][:16]} "
         f"({sum(e.seconds for e in done):.0f} s); {round_file} lists them as joined")
     return done
+
+
+def _read_round(path: Path) -> dict[str, Any]:
+    """A round file, its fields checked (it is committed, so it is read as hostile)."""
+    from gradleak_bench.errors import GradleakError
+
+    try:
+        data = json.loads(path.read_text())
+        ok = (isinstance(data, dict) and data.get("schema") == SCHEMA and isinstance(data.get("entries"), list)
+              and all(isinstance(e, dict) and isinstance(e.get("entry"), str) for e in data["entries"])
+              and (data.get("seed") is None or isinstance(data["seed"], int))
+              and all(isinstance(data.get(k), int) and data[k] > 0 for k in ("layouts", "public_episodes")))
+    except (OSError, ValueError) as exc:
+        raise GradleakError(f"cannot read round file {path}: {exc}") from exc
+    if not ok:
+        raise GradleakError(f"{path} is not a {SCHEMA} file (schema, seed, layouts, public_episodes, entries).")
+    return data
 
 
 def find_round(folder: Path, round_id: str) -> Path:
