@@ -231,7 +231,11 @@ NOT_LEARNED: dict[str, str] = {
                                   "21.5%], return 3.03 [2.21, 3.92] against 1.63 [0.82, 2.50]: the intervals overlap; "
                                   "its learning curve (curve.json) falls from 34% to 9% on 32 val episodes: REINFORCE "
                                   "without a baseline on positive returns did not learn here (30k steps of the first "
-                                  "recipe had not moved it off its init either)",
+                                  "recipe had not moved it off its init either). Two recipe trials that keep its loss "
+                                  "(benchmarks/victim_recipes.py) stayed at their init's 34% on the curve's 32 "
+                                  "episodes: a training reward offset of 0.025 (a time-dependent baseline) for 200k "
+                                  "steps, and that offset with 16 episodes per update at lr 2e-4 for 400k steps. "
+                                  "What is left is a learned baseline, which changes the loss RGI attacks",
     "PointNavContinuous/ppo_gaussian": "retrained with ppo_compact's recipe (lr 5e-4, 300k steps, 17 CPU-min): on "
                                        "the 120 validation episodes 23.3% success [16.7%, 31.7%] against a random "
                                        "policy's 11.7% [7.1%, 18.6%], return -1.45 [-1.63, -1.26] against -1.75 "
