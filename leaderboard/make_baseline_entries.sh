@@ -3,6 +3,7 @@
 #
 #   leaderboard/make_baseline_entries.sh            # evaluate every baseline, submit, verify, render
 #   REUSE_RUNS=1 leaderboard/make_baseline_entries.sh   # keep runs/leaderboard/*/results.json already there
+#   JOIN=913987fb leaderboard/make_baseline_entries.sh  # verify each on that round's shared draw (round --join)
 #
 # Every entry is made on the official split (the split identity envs/splits/v0.json records), binds its
 # attack and defense to built-in code by name, and ships the run's per-episode rows; `submit` refuses anything
@@ -67,8 +68,14 @@ for spec in "${BASELINES[@]}"; do
   fi
   "${GB[@]}" submit "$run" --name "$attack" --authors "$AUTHORS" ${LINKS[@]+"${LINKS[@]}"} --out "$ENTRIES" --force \
     ${SUBMIT_EXTRA[@]+"${SUBMIT_EXTRA[@]}"}
-  # ranked only once verified on fresh layouts: writes leaderboard/verified/<the entry's path>
-  "${GB[@]}" verify "$ENTRIES/$task/$defense/${attack}__$victim-$checkpoint.json"
+  # ranked only once verified on fresh layouts: writes leaderboard/verified/<the entry's path>. JOIN=ROUND (a
+  # finished round's commitment) verifies it on that round's shared draw instead, so the board pairs it with the
+  # round's other entries (`gradleak-bench round --join`; built-in attacks and defenses only), and verifies once.
+  if [[ -n "${JOIN:-}" ]]; then
+    "${GB[@]}" round --entries "$ENTRIES" --join "$JOIN" --only "$task/$defense/${attack}__$victim-$checkpoint.json"
+  else
+    "${GB[@]}" verify "$ENTRIES/$task/$defense/${attack}__$victim-$checkpoint.json"
+  fi
 done
 
 "${GB[@]}" leaderboard --entries "$ENTRIES"

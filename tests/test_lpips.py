@@ -87,6 +87,10 @@ def test_the_baseline_script_runs_dlg_and_idlg_at_their_source_budget_with_lpips
     for line in evaluates:
         assert "-A preset=paper" in line and "-M rgb_lpips" in line and "-M rgb" in line and "-M action" in line
     assert sum(" verify " in line for line in out) == 2 and not any("closed_form" in line for line in out)
+    joined = subprocess.run(["bash", str(ROOT / "leaderboard" / "make_baseline_entries.sh")],
+                            env={**env, "JOIN": "913987fb"}, check=True, capture_output=True, text=True).stdout
+    assert " verify " not in joined and joined.count(" round --entries ") == 2
+    assert "--join 913987fb --only PointNav/none/dlg__ppo-init.json" in joined
 
 
 def test_headline_runs_that_score_rgb_ask_for_lpips():
