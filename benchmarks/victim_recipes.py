@@ -53,9 +53,10 @@ def variant(spec: Any, changes: list[str], budget: int | None) -> Any:
             raise SystemExit(f"--set {key}: a recipe trial changes training only; the victim's {key} is the zoo's")
         else:
             hyperparams[key] = value
-    train = dataclasses.replace(train, hyperparams=hyperparams, env_kwargs=env_kwargs, n_envs=n_envs,
-                                total_timesteps=int(budget or train.total_timesteps))
-    return dataclasses.replace(spec, train=train)
+    from gradleak_bench.victims.training import with_budget
+
+    train = dataclasses.replace(train, hyperparams=hyperparams, env_kwargs=env_kwargs, n_envs=n_envs)
+    return with_budget(dataclasses.replace(spec, train=train), budget)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     directory = cached_dir(spec)
     curve = json.loads((directory / "curve.json").read_text()) if (directory / "curve.json").is_file() else {}
     row = {"victim": spec.key, "config_hash": spec.config_hash(), "changes": args.changes, "note": args.note,
-           "train": dataclasses.asdict(spec.train), "report": {k: v for k, v in report.items()},
+           "train": dataclasses.asdict(spec.train), "report": dict(report),
            "curve": read_curve(directory), "curve_random": curve.get("random"),
            "torch_threads": torch.get_num_threads(), "workers": args.workers}
     for part in ("val", "val_random"):

@@ -73,7 +73,7 @@ class PointNav(TaskEnv):
 
     def _progress_distance(self) -> float:
         """The distance the progress shaping reduces (module docstring)."""
-        if self._walking is not None and self.progress_distance == "geodesic":
+        if self._walking is not None:  # set at reset for the geodesic shaping only
             x, y, _, _ = self._pose()
             return self._walking(float(x), float(y))
         return float(self._goal_vector()[0])
