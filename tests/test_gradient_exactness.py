@@ -44,6 +44,20 @@ class _TinyEnv(gym.Env):
         return self.observation_space.sample(), 0.0, False, False, {}
 
 
+class _RewardingEnv(_TinyEnv):
+    """Seeded observations and a reward that depends on the action, so Monte-Carlo returns are not zero."""
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action):
+        return self._obs(), float(action) - 2.0, False, False, {}
+
+    def _obs(self):
+        return self.np_random.uniform(-1.0, 1.0, self.observation_space.shape).astype(np.float32)
+
+
 OBS_SPACES = {
     "cnn": lambda: spaces.Box(0, 255, IMG, np.uint8),
     "multi": lambda: spaces.Dict({
@@ -571,6 +585,40 @@ def test_reinforce_is_a_working_sb3_algorithm(tmp_path) -> None:
     loaded = Reinforce.load(tmp_path / "reinforce", device="cpu")
     assert loaded.gae_lambda == 1.0
     torch.testing.assert_close(loaded.policy.action_net.weight, model.policy.action_net.weight)
+
+
+def test_reinforce_value_baseline_is_a_training_recipe_only() -> None:
+    """``baseline="value"`` (issue 37's REINFORCE recipe) weights log pi by G - V(s) and trains V. With the value
+    head at zero and no value loss it must be plain REINFORCE to the bit; with a value loss the value head
+    learns; live capture refuses such a model, whose update is not the REINFORCE loss the stream computes."""
+    from gradleak_bench.stream.live import loss_spec_of
+
+    def model(baseline: str, vf_coef: float) -> Reinforce:
+        env = gym.wrappers.TimeLimit(_RewardingEnv(OBS_SPACES["mlp"]()), max_episode_steps=3)
+        m = Reinforce("MlpPolicy", env, n_steps=4, seed=0, ent_coef=0.01, vf_coef=vf_coef, baseline=baseline,
+                      device="cpu", policy_kwargs=dict(net_arch=[8]))
+        with torch.no_grad():
+            m.policy.value_net.weight.zero_()
+            m.policy.value_net.bias.zero_()
+        return m
+
+    # built and trained one after the other: construction seeds torch's global generator, which learn() draws
+    # the actions from
+    plain = model("none", 0.0)
+    plain.learn(total_timesteps=8)
+    zero_baseline = model("value", 0.0)
+    zero_baseline.learn(total_timesteps=8)
+    for a, b in zip(plain.policy.parameters(), zero_baseline.policy.parameters()):
+        assert torch.equal(a, b)
+    learned = model("value", 0.5)
+    learned.learn(total_timesteps=8)
+    assert learned.policy.value_net.weight.abs().sum() > 0
+    assert not torch.equal(learned.policy.action_net.weight, plain.policy.action_net.weight)
+    with pytest.raises(TypeError, match="learned baseline"):
+        loss_spec_of(learned)
+    assert loss_spec_of(plain).algo == "reinforce"
+    with pytest.raises(ValueError, match="baseline"):
+        Reinforce("MlpPolicy", _TinyEnv(OBS_SPACES["mlp"]()), baseline="critic")
 
 
 def test_zz_report_max_relative_errors() -> None:

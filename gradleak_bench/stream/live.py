@@ -39,6 +39,12 @@ def loss_spec_of(model: BaseAlgorithm) -> LossSpec:
     if not isinstance(model, (PPO, A2C)):
         raise TypeError(f"live capture supports on-policy SB3 models (PPO, A2C, REINFORCE), not {type(model).__name__}")
     algo = getattr(model, "loss_algo", None) or ("ppo" if isinstance(model, PPO) else "a2c")
+    if getattr(model, "baseline", "none") != "none":
+        # Its update weights log pi by G - V(s); the stream's REINFORCE loss weights it by G: the captured
+        # gradient would not be the one the model shares.
+        raise TypeError(f"live capture of a REINFORCE model trained with a learned baseline "
+                        f"(baseline={model.baseline!r}) is not supported: the stream computes plain REINFORCE. "
+                        "Capture a model built with baseline='none'.")
     clip = model.clip_range(model._current_progress_remaining) if algo == "ppo" else 0.2
     normalise = "episode" if getattr(model, "normalize_advantage", False) else "none"
     return LossSpec(algo=algo, gamma=model.gamma, gae_lambda=model.gae_lambda, ent_coef=float(model.ent_coef),

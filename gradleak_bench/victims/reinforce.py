@@ -1,12 +1,12 @@
 """REINFORCE on an SB3 actor-critic policy (SB3 has none), as the RGI victim uses it.
 
 :class:`Reinforce` is an :class:`~stable_baselines3.A2C` whose update weights the log-probability by the
-Monte-Carlo return of the whole episode instead of the advantage and trains no value function. Its rollouts
-hold finished episodes only (a step waits until its episode ends), so no return is ever bootstrapped from the
-value head it never trains -- the same return :func:`gradleak_bench.stream.targets.loss_targets` gives the
-held-out episodes. Everything else (``learn``, ``save``/``load``, the optimiser step, the rollout buffer
-``train`` reads) is A2C's, so the engine in :mod:`gradleak_bench.stream.per_sample` and the exactness tests
-drive it like any SB3 algorithm.
+Monte-Carlo return of the whole episode instead of the advantage and trains no value function (a training
+recipe may ask for a learned baseline: ``baseline="value"``). Its rollouts hold finished episodes only (a step
+waits until its episode ends), so no return is ever bootstrapped from the value head -- the same return
+:func:`gradleak_bench.stream.targets.loss_targets` gives the held-out episodes. Everything else (``learn``,
+``save``/``load``, the optimiser step, the rollout buffer ``train`` reads) is A2C's, so the engine in
+:mod:`gradleak_bench.stream.per_sample` and the exactness tests drive it like any SB3 algorithm.
 """
 from __future__ import annotations
 
@@ -36,18 +36,29 @@ class Reinforce(A2C):
     loss recomputes the log-probabilities with the current ones). There is no value loss, so ``vf_coef`` is
     ignored and the value head receives no gradient.
 
+    ``baseline="value"`` trains with a learned state-value baseline instead (REINFORCE with baseline, Sutton &
+    Barto 2018, section 13.4): the log-probability is weighted by ``G_t - V(s_t)`` (the value detached) and
+    ``vf_coef * mean((V(s_t) - G_t)^2)`` trains the value head on the same Monte-Carlo returns. It is a
+    *training recipe* (issue 37: without it REINFORCE did not learn ActivePerception on this budget), not the
+    loss a stream attacks: the gradient stream computes the zoo's :class:`~gradleak_bench.victims.zoo.LossSpec`
+    (plain REINFORCE, the RGI paper's objective) at whatever checkpoint the recipe produced.
+
     Args:
         *args: As :class:`~stable_baselines3.A2C`.
         gae_lambda: Must be 1 (the default); anything else is not REINFORCE.
+        baseline: ``"none"`` (the default: plain REINFORCE) or ``"value"`` (a learned baseline, above).
         **kwargs: As :class:`~stable_baselines3.A2C`.
     """
 
     # Read by the stream (``stream.live.loss_spec_of``), which sits below the victims and cannot import this class.
     loss_algo = "reinforce"
 
-    def __init__(self, *args: Any, gae_lambda: float = 1.0, **kwargs: Any):
+    def __init__(self, *args: Any, gae_lambda: float = 1.0, baseline: str = "none", **kwargs: Any):
         if gae_lambda != 1.0:
             raise ValueError(f"Reinforce uses Monte-Carlo returns: gae_lambda must be 1, got {gae_lambda}.")
+        if baseline not in ("none", "value"):
+            raise ValueError(f"Reinforce's baseline is 'none' or 'value' (a learned state value), got {baseline!r}.")
+        self.baseline = baseline
         super().__init__(*args, gae_lambda=1.0, **kwargs)
         self._running: list[list[tuple[Any, ...]]] | None = None  # per env: the steps of its current episode
         self._finished: list[tuple[Any, ...]] = []                 # steps of finished episodes, with G
@@ -129,11 +140,19 @@ class Reinforce(A2C):
             if isinstance(self.action_space, spaces.Discrete):
                 actions = actions.long().flatten()
 
-            _, log_prob, entropy = self.policy.evaluate_actions(rollout_data.observations, actions)
+            values, log_prob, entropy = self.policy.evaluate_actions(rollout_data.observations, actions)
             # Without an analytical entropy, -log_prob estimates it (as SB3 does).
             entropy_mean = th.mean(-log_prob) if entropy is None else entropy.mean()
-            policy_loss = -(rollout_data.returns * log_prob).mean()
+            weights = rollout_data.returns
+            value_loss = None
+            if self.baseline == "value":
+                values = values.flatten()
+                weights = rollout_data.returns - values.detach()
+                value_loss = th.nn.functional.mse_loss(values, rollout_data.returns)
+            policy_loss = -(weights * log_prob).mean()
             loss = policy_loss - self.ent_coef * entropy_mean
+            if value_loss is not None:
+                loss = loss + self.vf_coef * value_loss
 
             self.policy.optimizer.zero_grad()
             loss.backward()
@@ -144,3 +163,5 @@ class Reinforce(A2C):
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/entropy_loss", -entropy_mean.item())
         self.logger.record("train/policy_loss", policy_loss.item())
+        if value_loss is not None:
+            self.logger.record("train/value_loss", value_loss.item())
