@@ -6,8 +6,8 @@ best prior per episode, so every paired difference can be recomputed), to ``docs
 beside the command, wall time, thread count and machine load. ``tools/make_docs_tables.py`` renders the
 docs tables from those files.
 
-Resumable: a run whose file exists with the same command is skipped; an interrupted run resumes from its
-run folder (``runs/headline/NAME``, kept for ``gradleak-bench submit``).
+Resumable: a run whose file exists with the same command is skipped (unless its official split has changed
+since: a retrained victim's runs are redone); an interrupted run resumes from its run folder (``runs/headline/NAME``, kept for ``gradleak-bench submit``).
 
 Run: python benchmarks/headline_leakage.py [--only NAME ...] [--group closed_form|images|trace|tsp|resolution|seeds]
      [--threads 1] [--list]
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gradleak_bench.victims.zoo import get_victim
+from gradleak_bench.victims.zoo import NOT_LEARNED, get_victim
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data" / "headline"
@@ -142,6 +142,8 @@ RUN_LIST += tuple(
         params=("preset=quick", f"seed={seed}"), metrics=("action", "rgb", "rgb_ssim@gauss11"),
         budget=f"quick preset, attacker seed {seed}, trace-windows protocol")
     for victim, seeds in ATTACKER_SEEDS.items() for seed in seeds)
+# a trained checkpoint that did not learn is not published, so it has no official split to score
+RUN_LIST = tuple(r for r in RUN_LIST if not (r.checkpoint == "trained" and f"{r.task}/{r.victim}" in NOT_LEARNED))
 
 
 def machine() -> dict:
@@ -198,11 +200,21 @@ def finite(value):
     return value
 
 
+def superseded(done: dict) -> bool:
+    """Whether a committed run scored an official split whose identity has changed since: the victim was
+    retrained (issue 37), so the same command now means other weights and the run must be redone, not kept."""
+    from gradleak_bench.splits import official_identity
+
+    return bool(done.get("dataset_official")) and official_identity(str(done.get("dataset"))) != done.get(
+        "dataset_identity")
+
+
 def run_one(run: Run, threads: int) -> None:
     target = DATA / f"{run.name}.json"
     cmd = run.command(threads)
     text = shlex.join(cmd)
-    if target.is_file() and (done := json.loads(target.read_text())).get("command") == text:
+    if target.is_file() and (done := json.loads(target.read_text())).get("command") == text \
+            and not superseded(done):
         target.write_text(json.dumps(finite(done), indent=1, allow_nan=False) + "\n")  # files of older versions
         print(f"{run.name}: done ({target.relative_to(ROOT)})")
         return

@@ -132,6 +132,25 @@ def test_headline_file_is_its_per_episode_values(path):
     assert checked, f"{path.name}: no metric with finite per-episode values"
 
 
+@pytest.mark.parametrize("path", _headline_files(), ids=lambda p: p.stem)
+def test_headline_file_stands_on_the_published_weights(path):
+    """Issue 37: when a victim is retrained, everything built on it is rebuilt. A committed rerun on an official
+    split must carry that split's current identity (so the checkpoint it scored is the published one), and no
+    rerun may stand on a trained checkpoint that is not published (it did not learn)."""
+    import json
+
+    from gradleak_bench.splits import official_identity
+    from gradleak_bench.victims.zoo import NOT_LEARNED
+
+    run = json.loads(path.read_text())
+    assert not (run["checkpoint"] == "trained" and f"{run['task']}/{run['victim']}" in NOT_LEARNED), \
+        f"{path.name}: {run['task']}/{run['victim']}'s trained checkpoint is not published; delete the file"
+    if run.get("dataset_official"):
+        assert official_identity(run["dataset"]) == run["dataset_identity"], (
+            f"{path.name} scored earlier weights of {run['task']}/{run['victim']}/{run['checkpoint']}: rerun "
+            f"python benchmarks/headline_leakage.py --only {path.stem}")
+
+
 def test_verdict_reads_the_oriented_ci_over_the_strongest_reference(tables):
     def metric(higher, prior_mean, prior_leak, control_mean, control_leak):
         iv = lambda m, lo, hi: {"mean": m, "ci_low": lo, "ci_high": hi}  # noqa: E731
