@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import platform
@@ -121,7 +122,8 @@ def main() -> None:
             policy = copy.deepcopy(victim.policy)
             with torch.no_grad():
                 policy.log_std.fill_(log_std)
-            victim = type(victim)(victim.spec, victim.checkpoint, policy, victim.meta)
+            # no longer the checkpoint file's weights: the file reference goes with them
+            victim = dataclasses.replace(victim, policy=policy, located=None)
         items, info, grad_s = episodes(victim, env, args.seeds, args.steps)
         key = f"{name}/{checkpoint}" + ("" if log_std is None else f" log_std={log_std}")
         rng = np.random.default_rng(0)
