@@ -241,7 +241,10 @@ NOT_LEARNED: dict[str, str] = {
                                   "(benchmarks/victim_recipes.py) stayed at their init's 34% on the curve's 32 "
                                   "episodes: a training reward offset of 0.025 (a time-dependent baseline) for 200k "
                                   "steps, and that offset with 16 episodes per update at lr 2e-4 for 400k steps. "
-                                  "What is left is a learned baseline, which changes the loss RGI attacks",
+                                  "A learned state-value baseline as a training recipe (Reinforce(baseline='value'), "
+                                  "the attacked loss unchanged) reached 27.5% [20.3%, 36.1%] at 200k steps, "
+                                  "overlapping random's by a hair, and 20.8% at 400k (its curve falling to 9-25%): "
+                                  "the optimiser and the batch size are what is left to try",
     "PointNavContinuous/sac": "20k SAC steps (30 min) left it at 12.5% val success (3/24), a random policy's; "
                               "a longer run did not fit issue 31's CPU budget",
     "ActivePerception/dqn_150": "issue 37 trained it with dqn's recipe for 60k steps (83 min of wall time, 0.93 CPU-h, "
