@@ -6,8 +6,10 @@ best prior per episode, so every paired difference can be recomputed), to ``docs
 beside the command, wall time, thread count and machine load. ``tools/make_docs_tables.py`` renders the
 docs tables from those files.
 
-Resumable: a run whose file exists with the same command is skipped (unless its official split has changed
-since: a retrained victim's runs are redone); an interrupted run resumes from its run folder (``runs/headline/NAME``, kept for ``gradleak-bench submit``).
+Resumable: a run whose file exists with the same command is skipped, unless its official split has changed
+since (a retrained victim's runs are redone); an interrupted run resumes from its run folder
+(``runs/headline/NAME``, kept for ``gradleak-bench submit``). Trained checkpoints that are not published (they
+did not learn: ``NOT_LEARNED``) have no runs.
 
 Run: python benchmarks/headline_leakage.py [--only NAME ...] [--group closed_form|images|trace|tsp|resolution|seeds]
      [--threads 1] [--list]

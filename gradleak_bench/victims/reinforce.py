@@ -33,15 +33,16 @@ class Reinforce(A2C):
     time limit; SB3's time-limit bootstrap is not applied). A rollout is ``n_steps * n_envs`` steps of
     finished episodes in the order they finished; the steps of a finished episode beyond that wait for the
     next rollout, so an episode sampled across an update was partly sampled by the previous weights (the
-    loss recomputes the log-probabilities with the current ones). There is no value loss, so ``vf_coef`` is
-    ignored and the value head receives no gradient.
+    loss recomputes the log-probabilities with the current ones). By default there is no value loss, so
+    ``vf_coef`` is ignored and the value head receives no gradient.
 
     ``baseline="value"`` trains with a learned state-value baseline instead (REINFORCE with baseline, Sutton &
     Barto 2018, section 13.4): the log-probability is weighted by ``G_t - V(s_t)`` (the value detached) and
     ``vf_coef * mean((V(s_t) - G_t)^2)`` trains the value head on the same Monte-Carlo returns. It is a
-    *training recipe* (issue 37: without it REINFORCE did not learn ActivePerception on this budget), not the
-    loss a stream attacks: the gradient stream computes the zoo's :class:`~gradleak_bench.victims.zoo.LossSpec`
-    (plain REINFORCE, the RGI paper's objective) at whatever checkpoint the recipe produced.
+    *training recipe* (tried in issue 37 because plain REINFORCE did not learn ActivePerception; it did not
+    learn with it either, docs/tasks.md), not the loss a stream attacks: the gradient stream computes the
+    zoo's :class:`~gradleak_bench.victims.zoo.LossSpec` (plain REINFORCE, the RGI paper's objective) at
+    whatever checkpoint the recipe produced.
 
     Args:
         *args: As :class:`~stable_baselines3.A2C`.
