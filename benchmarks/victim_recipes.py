@@ -15,6 +15,12 @@ curve and report are appended to ``benchmarks/results/victim_recipes.json``::
 ``--set KEY=VALUE``: ``n_envs``, ``env_kwargs.NAME`` or an SB3 hyperparameter (``learning_rate``, ``n_steps``,
 ``buffer_size``, ...); values are read as JSON (``2e-4``, ``true``, ``[64, 64]``), else kept as text. Run the same
 command again to resume; Ctrl-C keeps the last save.
+
+``--probe`` trains nothing: for the zoo's ``init`` and every recorded trial of a discrete-action victim whose
+weights are in the cache, it prints what the policy does on the same states (4 val episodes acted on by a random
+policy): its mean entropy, its mean largest probability and how often each action is the most likely one. A
+policy whose most likely action is the same in every state has learned an action bias, not a state-dependent
+policy (what issue 37's REINFORCE trials did).
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ import dataclasses
 import json
 import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--validate", action="store_true",
                         help="also run the committed validation (120 val episodes, the learned rule) on the trial's "
                              "trained weights beside the random policy")
+    parser.add_argument("--probe", action="store_true",
+                        help="train nothing: print what the init and every cached trial's policy do on the same "
+                             "val states (entropy, most likely action)")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
@@ -81,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     task, _, name = args.victim.partition("/")
     zoo = get_victim(task, name)
+    if args.probe:
+        return print_probe(zoo)
     spec = variant(zoo, args.changes, args.budget)
     print(f"{spec.key} trial {spec.config_hash()}: {args.changes or 'the zoo recipe'}, "
           f"{spec.train.total_timesteps:,} steps", flush=True)
@@ -128,6 +140,84 @@ def validate_trial(spec: Any, directory: Path) -> dict[str, Any]:
     for policy_row in result["policies"].values():
         policy_row.pop("per_episode", None)
     return result
+
+
+def probe_states(spec: Any, episodes: int = 4, seed: int = 500) -> list[Any]:
+    """The observations of ``episodes`` val episodes of ``spec``'s task acted on by a random policy (seeded):
+    the same states for every policy probed."""
+    import gymnasium as gym
+
+    from gradleak_bench.tasks import get_task
+
+    env = gym.make(get_task(spec.task).gym_id, layouts="val", image_size=spec.image_size)
+    env.action_space.seed(seed)
+    states = []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        done = False
+        while not done:
+            states.append(obs)
+            obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            done = terminated or truncated
+    env.close()
+    return states
+
+
+def policy_summary(policy: Any, states: list[Any]) -> dict[str, Any]:
+    """A discrete policy's mean entropy, mean largest probability and most-likely-action histogram on
+    ``states``."""
+    import numpy as np
+    import torch
+
+    batch = ({k: np.stack([s[k] for s in states]) for k in states[0]} if isinstance(states[0], dict)
+             else np.stack(states))
+    with torch.no_grad():
+        obs, _ = policy.obs_to_tensor(batch)
+        if hasattr(policy, "q_net"):  # DQN: its greedy action; it has no action distribution
+            q_values = policy.q_net(obs)
+            return {"states": len(states), "entropy": None, "mean_max_prob": None,
+                    "argmax_counts": np.bincount(q_values.argmax(1).numpy(), minlength=q_values.shape[1]).tolist()}
+        distribution = policy.get_distribution(obs)
+        probs = distribution.distribution.probs
+    n_actions = probs.shape[1]
+    return {"states": len(states), "entropy": float(distribution.entropy().mean()),
+            "max_entropy": float(np.log(n_actions)), "mean_max_prob": float(probs.max(1).values.mean()),
+            "argmax_counts": np.bincount(probs.argmax(1).numpy(), minlength=n_actions).tolist()}
+
+
+def print_probe(zoo: Any) -> int:
+    """``--probe``: the init and every cached trial of ``zoo``'s victim on the same val states."""
+    from gradleak_bench.victims.card import cached_dir
+    from gradleak_bench.victims.checkpoint import load_located, load_victim
+    from gradleak_bench.tasks import get_task
+    from gradleak_bench.victims.zoo import NOT_LEARNED
+
+    if get_task(zoo.task).action_kind != "discrete":
+        raise SystemExit(f"--probe reads a discrete policy's action probabilities; {zoo.key} is continuous")
+    states = probe_states(zoo)
+    rows = [("init", load_victim(zoo.task, zoo.name, "init").policy)]
+    if zoo.key not in NOT_LEARNED:
+        rows.append(("published trained", load_victim(zoo.task, zoo.name, "trained").policy))
+    trials = json.loads(RESULTS.read_text()) if RESULTS.is_file() else []
+    candidates = [("the zoo recipe", [], zoo.train.total_timesteps)] + [
+        (", ".join(t["changes"]), t["changes"], t["train"]["total_timesteps"]) for t in trials if t["victim"] == zoo.key]
+    for label, changes, budget in candidates:
+        spec = variant(zoo, changes, budget)
+        weights = cached_dir(spec) / "trained.safetensors"
+        if weights.is_file():
+            sha = json.loads(weights.with_suffix(".json").read_text())["weights_sha256"]
+            policy = load_located(spec, get_task(spec.task), "trained", (weights, sha)).policy
+            rows.append((f"{budget // 1000}k, {label}", policy))
+    print(f"{zoo.key} on {len(states)} val states (4 episodes of a random policy)")
+    print(textwrap.fill(", ".join(f"{i}={name}" for i, name in enumerate(get_task(zoo.task).action_names)),
+                        width=80, initial_indent="actions: ", subsequent_indent="         "))
+    print(f"{'policy':36s} {'entropy':9s} max p  most likely (states per action)")
+    for label, policy in rows:
+        summary = policy_summary(policy, states)
+        spread = ("greedy (DQN)" if summary["entropy"] is None
+                  else f"{summary['entropy']:.2f}/{summary['max_entropy']:.2f} {summary['mean_max_prob']:.2f}")
+        print(f"{label[:36]:36s} {spread:15s} {summary['argmax_counts']}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -27,3 +27,25 @@ def test_a_trial_changes_training_only():
 def test_a_trial_refuses_what_is_not_training(change):
     with pytest.raises(SystemExit):
         vr.variant(get_victim("PointNav", "ppo"), [change], None)
+
+
+def test_probe_reads_what_a_policy_does_on_fixed_states():
+    """--probe: the same seeded val states for every policy; a policy biased to one action is read as such."""
+    import torch
+
+    from gradleak_bench.victims.checkpoint import load_victim
+
+    spec = get_victim("PointNav", "ppo_compact")
+    states = vr.probe_states(spec, episodes=1)
+    assert len(states) == len(vr.probe_states(spec, episodes=1)) > 0
+    policy = load_victim("PointNav", "ppo_compact", "init").policy
+    summary = vr.policy_summary(policy, states)
+    assert sum(summary["argmax_counts"]) == summary["states"] == len(states)
+    assert 0 < summary["entropy"] <= summary["max_entropy"]
+    with torch.no_grad():
+        policy.action_net.bias[2] += 50.0  # an action bias no state can outweigh
+    biased = vr.policy_summary(policy, states)
+    assert biased["argmax_counts"][2] == len(states) and biased["mean_max_prob"] > 0.99
+    dqn = vr.policy_summary(load_victim("ActivePerception", "dqn_compact", "init").policy,
+                            vr.probe_states(get_victim("ActivePerception", "dqn_compact"), episodes=1))
+    assert dqn["entropy"] is None and sum(dqn["argmax_counts"]) == dqn["states"]
