@@ -8,9 +8,10 @@ Units (each one `gradleak_bench.run.evaluate` run, exactly what `gradleak-bench 
 * `trace` (preset `quick`, `protocol=first8`: the auxiliary episodes are the first 8 steps of 6 episodes on each of
   the 96 train layouts, as the discrete `quick` attackers on first8 were) on `ppo_gaussian/init`, no defense.
 
-Resumable: every finished unit is written to the JSON at once and skipped by the next call; an interrupted
-TRACE fit resumes from its last epoch (its artifact cache), an interrupted run from its last episode (its run
-folder under the cache). Runs are sealed where the machine can isolate (results say so) and W&B is off.
+Resumable: every finished unit is written to the JSON at once and skipped by the next call, unless the official
+split it scored has changed since (a retrained victim's units are redone; units recorded before the identity
+was kept are skipped); an interrupted TRACE fit resumes from its last epoch (its artifact cache), an interrupted
+run from its last episode (its run folder under the cache). Runs are sealed where the machine can isolate (results say so) and W&B is off.
 
 Run: OMP_NUM_THREADS=1 python benchmarks/continuous_pipeline.py [--only closed_form|trace]
 (writes benchmarks/results/continuous_pipeline.json; thread count and load average are recorded)
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,7 @@ def summary_of(result: Any) -> dict[str, Any]:
         metrics[name]["prior_leakage"] = m.get("prior_leakage")
         metrics[name]["control_mean"] = (m.get("control") or {}).get("mean")
     return {"n_episodes": s["n_episodes"], "n_frames": s["n_frames"], "dataset": s["dataset"],
+            "dataset_identity": s.get("dataset_identity"),
             "dataset_official": s["dataset_official"], "sealed": s["sealed"], "ms_per_frame": s["ms_per_frame"],
             "fit_seconds": s["fit_seconds"], "metrics": metrics}
 
@@ -108,6 +111,7 @@ def main() -> None:
     from gradleak_bench.paths import cache_dir
     from gradleak_bench.run.config import EvaluateConfig
     from gradleak_bench.run.evaluation import evaluate
+    from gradleak_bench.splits import official_identity
 
     torch.set_num_threads(1)
     data = json.loads(OUT.read_text()) if OUT.is_file() else {"units": {}}
@@ -118,6 +122,12 @@ def main() -> None:
     for unit in units(args.only):
         k = key(unit)
         run_dir = cache_dir() / "bench-runs" / k.replace("|", "_").replace("/", "-")
+        done = data["units"].get(k)
+        if done is not None and done.get("dataset_identity") not in (None, official_identity(done["dataset"])):
+            # its official split has changed since (the victim was retrained): redone from scratch
+            print(f"redo (scored earlier weights): {k}", flush=True)
+            del data["units"][k]
+            shutil.rmtree(run_dir, ignore_errors=True)
         if k in data["units"]:
             if unit["attack"] == "trace" and "trace" not in data["units"][k]:
                 data["units"][k]["trace"] = trace_report(unit)

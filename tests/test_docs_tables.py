@@ -151,6 +151,20 @@ def test_headline_file_stands_on_the_published_weights(path):
             f"python benchmarks/headline_leakage.py --only {path.stem}")
 
 
+def test_continuous_units_stand_on_the_published_weights():
+    """The same for the continuous pipeline's units that record the split they scored."""
+    import json
+
+    from gradleak_bench.splits import official_identity
+
+    units = json.loads((ROOT / "benchmarks/results/continuous_pipeline.json").read_text())["units"]
+    recorded = {k: u for k, u in units.items() if u.get("dataset_identity")}
+    assert recorded  # the trained units rerun in issue 37 record theirs
+    for key, unit in recorded.items():
+        assert official_identity(unit["dataset"]) == unit["dataset_identity"], \
+            f"{key} scored earlier weights: rerun OMP_NUM_THREADS=1 python benchmarks/continuous_pipeline.py"
+
+
 def test_verdict_reads_the_oriented_ci_over_the_strongest_reference(tables):
     def metric(higher, prior_mean, prior_leak, control_mean, control_leak):
         iv = lambda m, lo, hi: {"mean": m, "ci_low": lo, "ci_high": hi}  # noqa: E731
