@@ -27,10 +27,12 @@ def test_published_trained_checkpoint_learned(spec):
     data = validation.read_validation(spec)
     assert data is not None, f"{spec.key}: no validation.json for its config hash (gradleak-bench validate-victim)"
     trained_meta = json.loads((packaged_dir(spec) / "trained.json").read_text())
-    init_meta = json.loads((packaged_dir(spec) / "init.json").read_text())
-    # the validation graded these very weights
+    # the validation graded these very weights; an init with no committed file (the 150x150 victims') is rebuilt
+    # from its seed, whose last bits depend on the CPU, so it has no sha256 to check
     assert data["weights_sha256"]["trained"] == trained_meta["weights_sha256"]
-    assert data["weights_sha256"]["init"] == init_meta["weights_sha256"]
+    init_file = packaged_dir(spec) / "init.json"
+    init_sha = json.loads(init_file.read_text())["weights_sha256"] if init_file.is_file() else None
+    assert data["weights_sha256"]["init"] == init_sha
     assert data["episodes"] >= 40 and data["split"] == "val"
     rows = data["policies"]
     assert set(rows) == set(validation.POLICIES)

@@ -31,7 +31,7 @@ from gradleak_bench.victims.checkpoint import save_checkpoint
 from gradleak_bench.victims.card import cached_dir, packaged_dir
 from gradleak_bench.victims.policies import build_policy
 from gradleak_bench.victims.spaces import env_spaces
-from gradleak_bench.victims.zoo import NOT_LEARNED, VICTIMS
+from gradleak_bench.victims.zoo import NOT_LEARNED, QGI_IMAGE_SIZE, VICTIMS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,9 @@ def publish_checkpoints(tasks: tuple[str, ...] = (), victims: tuple[str, ...] = 
         target = ROOT / "envs" / "checkpoints" / spec.task / spec.name
         # A committed init is never rewritten: on another CPU the seeded initialisation differs in the last
         # bits, and the committed file *is* the checkpoint (its sha256 is part of the split identity).
-        if not (target / "init.safetensors").is_file():
+        if spec.image_size == QGI_IMAGE_SIZE:
+            pass  # the 150x150 inits are rebuilt from their seed, not committed (21 MB a file: zoo._at_paper_resolution)
+        elif not (target / "init.safetensors").is_file():
             policy = build_policy(spec, env_spaces(spec.task, spec.image_size))
             save_checkpoint(policy, spec, "init", target, {"note": "seeded initialisation"})
         else:
