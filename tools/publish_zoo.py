@@ -61,7 +61,8 @@ def publish_checkpoints(tasks: tuple[str, ...] = (), victims: tuple[str, ...] = 
             stale = target / "not_learned"
             if stale.is_dir():  # an earlier recipe's checkpoint that did not learn: replaced, not kept beside
                 shutil.rmtree(stale)
-            print(f"published {spec.key} init + trained")
+            init = "init (rebuilt from its seed) + trained" if spec.image_size == QGI_IMAGE_SIZE else "init + trained"
+            print(f"published {spec.key} {init}")
         else:
             print(f"published {spec.key} init (no trained checkpoint in {source})")
 
