@@ -11,7 +11,8 @@ Units (each one `gradleak_bench.run.evaluate` run, exactly what `gradleak-bench 
 Resumable: every finished unit is written to the JSON at once and skipped by the next call, unless the official
 split it scored has changed since (a retrained victim's units are redone; units recorded before the identity
 was kept are skipped); an interrupted TRACE fit resumes from its last epoch (its artifact cache), an interrupted
-run from its last episode (its run folder under the cache). Runs are sealed where the machine can isolate (results say so) and W&B is off.
+run from its last episode (its run folder under the cache). Runs are sealed where the machine can isolate
+(results say so) and W&B is off.
 
 Run: OMP_NUM_THREADS=1 python benchmarks/continuous_pipeline.py [--only closed_form|trace]
 (writes benchmarks/results/continuous_pipeline.json; thread count and load average are recorded)

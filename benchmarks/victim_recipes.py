@@ -142,7 +142,10 @@ def validate_trial(spec: Any, directory: Path) -> dict[str, Any]:
     return result
 
 
-def probe_states(spec: Any, episodes: int = 4, seed: int = 500) -> list[Any]:
+PROBE_EPISODES = 4
+
+
+def probe_states(spec: Any, episodes: int = PROBE_EPISODES, seed: int = 500) -> list[Any]:
     """The observations of ``episodes`` val episodes of ``spec``'s task acted on by a random policy (seeded):
     the same states for every policy probed."""
     import gymnasium as gym
@@ -208,7 +211,7 @@ def print_probe(zoo: Any) -> int:
             sha = json.loads(weights.with_suffix(".json").read_text())["weights_sha256"]
             policy = load_located(spec, get_task(spec.task), "trained", (weights, sha)).policy
             rows.append((f"{budget // 1000}k, {label}", policy))
-    print(f"{zoo.key} on {len(states)} val states (4 episodes of a random policy)")
+    print(f"{zoo.key} on {len(states)} val states ({PROBE_EPISODES} episodes of a random policy)")
     print(textwrap.fill(", ".join(f"{i}={name}" for i, name in enumerate(get_task(zoo.task).action_names)),
                         width=80, initial_indent="actions: ", subsequent_indent="         "))
     print(f"{'policy':36s} {'entropy':9s} max p  most likely (states per action)")

@@ -43,13 +43,13 @@ def publish_checkpoints(tasks: tuple[str, ...] = (), victims: tuple[str, ...] = 
             continue
         target = ROOT / "envs" / "checkpoints" / spec.task / spec.name
         # A committed init is never rewritten: on another CPU the seeded initialisation differs in the last
-        # bits, and the committed file *is* the checkpoint (its sha256 is part of the split identity).
-        if spec.image_size == QGI_IMAGE_SIZE:
-            pass  # the 150x150 inits are rebuilt from their seed, not committed (21 MB a file: zoo._at_paper_resolution)
-        elif not (target / "init.safetensors").is_file():
+        # bits, and the committed file *is* the checkpoint (its sha256 is part of the split identity). The
+        # 150x150 inits are rebuilt from their seed, not committed (21 MB a file: zoo._at_paper_resolution).
+        init_committed = spec.image_size != QGI_IMAGE_SIZE
+        if init_committed and not (target / "init.safetensors").is_file():
             policy = build_policy(spec, env_spaces(spec.task, spec.image_size))
             save_checkpoint(policy, spec, "init", target, {"note": "seeded initialisation"})
-        else:
+        elif init_committed:
             rehash_init(spec, target)
         source = cached_dir(spec)
         if spec.key in NOT_LEARNED:  # issue 31: a trained checkpoint that did not learn is not published
@@ -61,8 +61,7 @@ def publish_checkpoints(tasks: tuple[str, ...] = (), victims: tuple[str, ...] = 
             stale = target / "not_learned"
             if stale.is_dir():  # an earlier recipe's checkpoint that did not learn: replaced, not kept beside
                 shutil.rmtree(stale)
-            init = "init (rebuilt from its seed) + trained" if spec.image_size == QGI_IMAGE_SIZE else "init + trained"
-            print(f"published {spec.key} {init}")
+            print(f"published {spec.key} {'init' if init_committed else 'init (rebuilt from its seed)'} + trained")
         else:
             print(f"published {spec.key} init (no trained checkpoint in {source})")
 
