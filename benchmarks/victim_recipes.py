@@ -214,12 +214,15 @@ def print_probe(zoo: Any) -> int:
     print(f"{zoo.key} on {len(states)} val states ({PROBE_EPISODES} episodes of a random policy)")
     print(textwrap.fill(", ".join(f"{i}={name}" for i, name in enumerate(get_task(zoo.task).action_names)),
                         width=80, initial_indent="actions: ", subsequent_indent="         "))
-    print(f"{'policy':36s} {'entropy':9s} max p  most likely (states per action)")
+    print("per policy: mean entropy (of the uniform's), mean largest probability, and in")
+    print("how many states each action is the most likely one")
     for label, policy in rows:
         summary = policy_summary(policy, states)
-        spread = ("greedy (DQN)" if summary["entropy"] is None
-                  else f"{summary['entropy']:.2f}/{summary['max_entropy']:.2f} {summary['mean_max_prob']:.2f}")
-        print(f"{label[:36]:36s} {spread:15s} {summary['argmax_counts']}")
+        spread = ("greedy (DQN)" if summary["entropy"] is None else
+                  f"entropy {summary['entropy']:.2f} of {summary['max_entropy']:.2f}, "
+                  f"max p {summary['mean_max_prob']:.2f}")
+        print(textwrap.fill(label, width=80, subsequent_indent="  "))
+        print(f"    {spread}, most likely: {summary['argmax_counts']}")
     return 0
 
 
