@@ -14,9 +14,10 @@ frames). Each frame is its own optimisation problem in QGI and RGI, so a frame i
 budget for one run. The scoring is the runner's: the Table I protocol's metrics (headline_leakage.QGI_METRICS)
 by ``gradleak_bench.run.scorer.score``, each frame beside every gradient-free prior at the same step and the
 swap control (the next frame's reconstruction, from another layout, scored against this frame: the runner's
-partner rule), summarised by ``summarise_metrics`` as ``evaluate`` does. The datasets of the ``*_150`` victims
-are unofficial draws (no official split), so every number here is an unofficial development number; the
-attacks run in this process, unsealed.
+partner rule), summarised by ``summarise_metrics`` as ``evaluate`` does. The ``init`` datasets of the ``*_150``
+victims are unofficial draws (no official split); the ``*_trained`` arms (QGI on the trained ``dqn_150``, issue
+40) take their frames from its official ``trained`` test split (each file says which in ``official_split``).
+Either way these are development numbers: the attacks run in this process, unsealed, on the public frames.
 
 Stage 1 and the depth: in SB3's MultiInputPolicy the depth image enters the first linear layer verbatim, and in
 the two-stage pipeline it is a stage-1 variable, fixed afterwards. The attack does not expose stage 1's
@@ -51,7 +52,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data" / "qgi150"
 RUNS = ROOT / "runs" / "qgi_paper_gap"
-TASK, CHECKPOINT, SPLIT = "ActivePerception", "init", "test"
+TASK, SPLIT = "ActivePerception", "test"
 SOLVED_DB = 60.0  # depth PSNR at or above which stage 1 recovered the first linear layer's input
 SNAPSHOTS = (200, 1000, 3000)  # stage-2 checkpoints of a paper run (its end, 10^4, is the run itself)
 SNAPSHOT_METRICS = ("rgb_psnr_y", "rgb_ssim_y")
@@ -66,6 +67,7 @@ class Arm:
     preset: str
     linear_solver: str
     overrides: tuple[tuple[str, object], ...] = ()  # the tests' tiny budgets
+    checkpoint: str = "init"  # the paper's (a freshly initialised network); "trained" for issue 40's trained rows
 
     def params(self) -> dict[str, object]:
         params: dict[str, object] = {"preset": self.preset, "linear_solver": self.linear_solver}
@@ -86,6 +88,10 @@ ARMS = {
     for preset in ("paper", "quick") for solver in ("adam", "cf") for size in (150, 64)
     if not (preset == "paper" and size == 64)  # 64x64 at the paper budget: docs/data/budget_curves/
 }
+# QGI on the trained 150x150 DQN (issue 40): the closed-form arms, the one stage 1 that solves at 150x150 at init.
+# Its frames come from dqn_150's official `trained` test split. RGI has no trained victim (reinforce did not learn).
+ARMS.update({f"qgi_{preset}_cf_150_trained": Arm("qgi", "dqn_150", preset, "closed_form", checkpoint="trained")
+             for preset in ("paper", "quick")})
 
 
 def machine() -> dict:
@@ -96,7 +102,7 @@ def machine() -> dict:
 class Frames:
     """The held-out frames of one victim: truth, released (undefended) gradients, priors."""
 
-    def __init__(self, victim: str):
+    def __init__(self, victim: str, checkpoint: str = "init"):
         from gradleak_bench import dataset as datasets
         from gradleak_bench.priors import references_for
         from gradleak_bench.run.evaluation import select_episodes
@@ -105,10 +111,10 @@ class Frames:
         from gradleak_bench.victims.checkpoint import load_victim
         from gradleak_bench.victims.spaces import env_spaces
 
-        loaded = load_victim(TASK, victim, CHECKPOINT)
+        loaded = load_victim(TASK, victim, checkpoint)
         self.gradients = EpisodeGradients(loaded.policy, loaded.spec.loss, env_spaces(TASK, loaded.spec.image_size)[0])
         self.info = victim_info(loaded, self.gradients)
-        self.dataset = datasets.load_or_generate(datasets.standard_config(TASK, victim, CHECKPOINT, SPLIT),
+        self.dataset = datasets.load_or_generate(datasets.standard_config(TASK, victim, checkpoint, SPLIT),
                                                  progress=False)
         self.ids = select_episodes(self.dataset, None)
         self.priors = references_for(self.dataset, ("rgb", "depth", "bbox", "action", "q_value", "q_target",
@@ -288,7 +294,7 @@ def strict(value):
 
 
 def run(name: str, n_frames: int, unit: int, arm: Arm | None = None, data: Path = DATA) -> None:
-    from gradleak_bench import plugins
+    from gradleak_bench import plugins, splits
     from gradleak_bench.metrics.registry import select_metrics
     from gradleak_bench.victims.zoo import get_victim
 
@@ -296,13 +302,13 @@ def run(name: str, n_frames: int, unit: int, arm: Arm | None = None, data: Path 
     from headline_leakage import QGI_METRICS
 
     arm = arm or ARMS[name]
-    frames = Frames(arm.victim)
+    frames = Frames(arm.victim, arm.checkpoint)
     fields = plugins.load("attack", arm.attack, {}).fields
     metrics, _ = select_metrics([*QGI_METRICS, *EXTRA_METRICS], fields, arm.attack)
     target = data / f"{name}.json"
     spec = get_victim(TASK, arm.victim)
     config = {"attack": arm.attack, "task": TASK, "victim": arm.victim, "image_size": spec.image_size,
-              "victim_config_hash": spec.config_hash(), "checkpoint": CHECKPOINT, "split": SPLIT,
+              "victim_config_hash": spec.config_hash(), "checkpoint": arm.checkpoint, "split": SPLIT,
               "dataset": frames.dataset.config.key, "dataset_identity": frames.dataset.identity,
               "params": arm.params(), "metrics": [m.name for m in metrics], "solved_depth_psnr_db": SOLVED_DB,
               # the frames of a unit share one seeded draw of initial images: the unit is part of the result
@@ -315,8 +321,11 @@ def run(name: str, n_frames: int, unit: int, arm: Arm | None = None, data: Path 
     record.setdefault("frames", [])
     record.setdefault("units", [])
     record["threads"] = torch.get_num_threads()
-    record["note"] = ("unofficial development run: the *_150 victims' splits are unofficial draws; attacks run "
-                      "unsealed in this process; the 2-core machine was shared (load in each unit)")
+    official = splits.official_identity(frames.dataset.config.key) == frames.dataset.identity
+    record["official_split"] = official
+    record["note"] = ("development run: " + ("the frames come from the official split" if official else
+                                             "the split is an unofficial draw (no official split)")
+                      + "; attacks run unsealed in this process; the 2-core machine was shared (load in each unit)")
     done = {r["frame"] for r in record["frames"]}
     if n_frames > len(frames.ids):
         raise SystemExit(f"--frames {n_frames}: the split has {len(frames.ids)} episodes")

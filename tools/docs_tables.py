@@ -255,6 +255,9 @@ BUDGET_FRAMES_TABLE = Table(
 GAP_ARMS = tuple(f"docs/data/qgi150/{attack}_{preset}_{solver}_{size}.json"
                  for attack in ("qgi", "rgi") for preset, size in (("paper", 150), ("quick", 150), ("quick", 64))
                  for solver in ("adam", "cf"))
+# QGI on the trained dqn_150 (issue 40), closed-form stage 1: listed after the init arms of its attack
+GAP_ARMS = (*GAP_ARMS[:6], *(f"docs/data/qgi150/qgi_{preset}_cf_150_trained.json" for preset in ("paper", "quick")),
+            *GAP_ARMS[6:])
 GAP_ORDER = tuple(path.rsplit("/", 1)[1].removesuffix(".json") for path in GAP_ARMS)
 GAP_HEADS = {"h_qgi_adam": "qgi_adam_ActivePerception_dqn_init", "h_qgi_cf": "qgi_cf_ActivePerception_dqn_init",
              "h_rgi_adam": "rgi_adam_ActivePerception_reinforce_init",
@@ -277,7 +280,10 @@ def _gap_rows(attack: str, rows: tuple) -> Loop:
     """One row per (metric, label, format, what explains the gap) of ``attack`` (qgi or rgi)."""
     return Loop("metric, label, spec, why", rows, index="i", let={
         "attack": f"'{attack.upper()}'", "adam": _arm(attack, "paper_adam_150"), "cf": _arm(attack, "paper_cf_150"),
-        "a": "adam.metrics?[metric]?", "c": "cf.metrics?[metric]?",
+        "tr": _arm(attack, "paper_cf_150_trained"),
+        # RGI has no trained victim: reinforce did not learn (docs/tasks.md)
+        "absent": "'not run'" if attack == "qgi" else "'no trained victim'",
+        "a": "adam.metrics?[metric]?", "c": "cf.metrics?[metric]?", "t": "tr.metrics?[metric]?",
         "ha": f"h_{attack}_adam.metrics[metric]?", "hc": f"h_{attack}_cf.metrics[metric]?"})
 
 
@@ -315,18 +321,21 @@ GAP_TABLE = Table(
         ("q_value_rel_error", "predicted Q error (%)", "sig", "qgi_q"),
         ("q_target_rel_error", "target Q error (%)", "sig", "qgi_q"))),
           Row(("", "frames", "{paper.QGI.n_frames}", "{qgi_adam.frames?|len}", "{qgi_cf.frames?|len}",
-               "{h_qgi_adam.n_frames} / {h_qgi_cf.n_frames}", "", "", "")),
+               When("qgi_trained|given", "{qgi_trained.frames|len}"), "{h_qgi_adam.n_frames} / {h_qgi_cf.n_frames}", "", "", "")),
           _gap_rows("rgi", (
         ("rgb_psnr_y", "RGB PSNR, Y (dB)", ".1f", "rgi_rgb"), ("rgb_ssim_y", "RGB SSIM, Y", ".2f", "ssim"),
         ("depth_psnr", "depth PSNR (dB)", ".1f", "depth"), ("bbox_iou", "target box IoU", ".2f", "box"),
         ("return_abs_error", "return abs. error", "sig", "rgi_return"))),
-          Row(("", "frames", "{paper.RGI.n_frames}", "{rgi_adam.frames?|len}", "{rgi_cf.frames?|len}",
+          Row(("", "frames", "{paper.RGI.n_frames}", "{rgi_adam.frames?|len}", "{rgi_cf.frames?|len}", "--",
                "{h_rgi_adam.n_frames} / {h_rgi_cf.n_frames}", "", "", ""))),
-    let={"whys": GAP_WHY, **{f"{a}_{k}": _arm(a, f"paper_{k}_150") for a in ("qgi", "rgi") for k in ("adam", "cf")}},
+    let={"whys": GAP_WHY, **{f"{a}_{k}": _arm(a, f"paper_{k}_150") for a in ("qgi", "rgi") for k in ("adam", "cf")},
+         "qgi_trained": _arm("qgi", "paper_cf_150_trained")},
     columns=(Col("attack", When("i|eq(0)", "{attack}", "")), Col("metric (paper protocol)", "{label}"),
              Col("paper (150x150, 2x10^4 iterations, AI2-THOR)", "{paper[attack][metric]?}"),
              Col("ours, matched: 150x150, 10^4 + 10^4, Adam stage 1", _over_frames("a")),
              Col("ours: 150x150, 10^4 + 10^4, closed-form stage 1", _over_frames("c")),
+             Col("the same on the trained victim (QGI: `dqn_150` @ trained)", When("tr|given", _over_frames("t"),
+                                                                                  "{absent}")),
              Col("ours: 64x64, quick (300 + 200), Adam / closed form [95% CI]",
                  When("ha|given", "{ha|interval(spec)} / {hc|interval(spec)}")),
              Col("strongest reference (matched setting)", When("a|given", When(
@@ -348,7 +357,8 @@ GAP_ARMS_TABLE = Table(
         "s": "run.by_stage1", "set": "run.settings", "m": "run.metrics.rgb_psnr_y", "ms": "run.metrics.rgb_ssim_y",
         "loads": "run.units.*.machine_before.load_average.0|concat(run.units.*.machine_after.load_average.0)"}),
     columns=(Col("attack", "`{run.config.attack}`"),
-             Col("victim", "`{run.config.victim}` ({run.config.image_size}x{run.config.image_size})"),
+             Col("victim", "`{run.config.victim}` @ {run.config.checkpoint} "
+                           "({run.config.image_size}x{run.config.image_size})"),
              Col("iterations", When("set.linear_solver|eq('closed_form')", "closed form + {set.stage2:,}",
                                     "{set.stage1:,} + {set.stage2:,}")),
              Col("frames", "{run.frames|len}"),
