@@ -623,6 +623,27 @@ def test_reinforce_value_baseline_is_a_training_recipe_only() -> None:
         Reinforce("MlpPolicy", _TinyEnv(OBS_SPACES["mlp"]()), baseline="critic")
 
 
+def test_reinforce_normalised_returns_are_a_training_recipe_only() -> None:
+    """A2C's ``normalize_advantage=True`` on REINFORCE standardises the batch's weights (issue 37's recipe
+    trials): its update differs from plain REINFORCE's, and live capture refuses it."""
+    from gradleak_bench.stream.live import loss_spec_of
+
+    def model(normalise: bool) -> Reinforce:
+        env = gym.wrappers.TimeLimit(_RewardingEnv(OBS_SPACES["mlp"]()), max_episode_steps=3)
+        return Reinforce("MlpPolicy", env, n_steps=4, seed=0, ent_coef=0.0, normalize_advantage=normalise,
+                         device="cpu", policy_kwargs=dict(net_arch=[8]))
+
+    plain = model(False)
+    plain.learn(total_timesteps=8)
+    normalised = model(True)
+    normalised.learn(total_timesteps=8)
+    returns = normalised.rollout_buffer.returns
+    assert returns.std() > 0  # the same rollouts' returns vary, so standardising them changes the update
+    assert not torch.equal(normalised.policy.action_net.weight, plain.policy.action_net.weight)
+    with pytest.raises(TypeError, match="normalize_advantage"):
+        loss_spec_of(normalised)
+
+
 def test_zz_report_max_relative_errors() -> None:
     """Prints the worst relative error per case (run with -s); runs last by name."""
     for label, err in sorted(MAX_REL_ERRORS.items()):

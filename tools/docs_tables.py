@@ -991,7 +991,7 @@ TABLES: dict[str, Table] = {
         "docs/tasks.md", {"data": "benchmarks/results/victim_recipes.json"},
         rows=Loop("r", "data", let={"v": "r.validation?.policies?"}),
         columns=(Col("victim", "`{r.victim}`"),
-                 Col("training change (the rest is the zoo's recipe)", Join("c", "r.changes", "`{c}`")),
+                 Col("training change (the rest is the zoo's recipe)", Join("c", "r.changes", "`{c}`", empty="none: the zoo's recipe")),
                  Col("steps", "{r.report.timesteps:,}"),
                  Col("hours: wall / CPU", "{r.report.train_seconds|per(3600):.2f} / "
                                           "{r.report.train_cpu_seconds?|per(3600):.2f}"),

@@ -45,6 +45,11 @@ def loss_spec_of(model: BaseAlgorithm) -> LossSpec:
         raise TypeError(f"live capture of a REINFORCE model trained with a learned baseline "
                         f"(baseline={model.baseline!r}) is not supported: the stream computes plain REINFORCE. "
                         "Capture a model built with baseline='none'.")
+    if algo == "reinforce" and getattr(model, "normalize_advantage", False):
+        # Its update standardises the batch's returns; the stream's REINFORCE loss weights log pi by G itself.
+        raise TypeError("live capture of a REINFORCE model trained with normalize_advantage=True is not "
+                        "supported: the stream computes plain REINFORCE. Capture a model built with "
+                        "normalize_advantage=False.")
     clip = model.clip_range(model._current_progress_remaining) if algo == "ppo" else 0.2
     normalise = "episode" if getattr(model, "normalize_advantage", False) else "none"
     return LossSpec(algo=algo, gamma=model.gamma, gae_lambda=model.gae_lambda, ent_coef=float(model.ent_coef),

@@ -42,7 +42,8 @@ class Reinforce(A2C):
     *training recipe* (tried in issue 37 because plain REINFORCE did not learn ActivePerception; it did not
     learn with it either, docs/tasks.md), not the loss a stream attacks: the gradient stream computes the
     zoo's :class:`~gradleak_bench.victims.zoo.LossSpec` (plain REINFORCE, the RGI paper's objective) at
-    whatever checkpoint the recipe produced.
+    whatever checkpoint the recipe produced. A2C's ``normalize_advantage=True`` is honoured the same way, as a
+    training recipe: the weights (returns, or ``G_t - V(s_t)``) are standardised over the batch.
 
     Args:
         *args: As :class:`~stable_baselines3.A2C`.
@@ -150,6 +151,9 @@ class Reinforce(A2C):
                 values = values.flatten()
                 weights = rollout_data.returns - values.detach()
                 value_loss = th.nn.functional.mse_loss(values, rollout_data.returns)
+            if self.normalize_advantage and len(weights) > 1:
+                # A2C's option, honoured as a training recipe: the batch's weights standardised
+                weights = (weights - weights.mean()) / (weights.std() + 1e-8)
             policy_loss = -(weights * log_prob).mean()
             loss = policy_loss - self.ent_coef * entropy_mean
             if value_loss is not None:
