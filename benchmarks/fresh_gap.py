@@ -9,6 +9,7 @@ strongest reference on the fresh layouts and the leakage over it, and the verify
 ``benchmarks/results/fresh_gap.json`` (rendered in docs/leaderboard.md by tools/make_docs_tables.py).
 
     python benchmarks/fresh_gap.py --verify [--only closed_form] [--skip trace]
+    python benchmarks/fresh_gap.py --seconds PointNav/none/dlg__ppo-init.json=768 --conditions "..."
 """
 from __future__ import annotations
 
@@ -76,6 +77,9 @@ def main() -> None:
     parser.add_argument("--verify", action="store_true", help="verify the entries first (writes their records)")
     parser.add_argument("--only", action="append", default=[], help="only entries whose path contains this")
     parser.add_argument("--skip", action="append", default=[], help="skip entries whose path contains this")
+    parser.add_argument("--seconds", action="append", default=[], metavar="ENTRY=SECONDS",
+                        help="verify seconds measured outside this script (e.g. by `round --join`), for the entry at "
+                             "this path under leaderboard/entries; say how in --conditions")
     parser.add_argument("--conditions", default=None,
                         help="how the verify seconds were measured (load, other jobs), kept with them")
     args = parser.parse_args()
@@ -83,6 +87,14 @@ def main() -> None:
     seconds = {r["entry"]: r["verify_seconds"] for r in previous.get("rows", []) if r.get("verify_seconds")}
     if args.verify:
         seconds = verify_all(args.only, args.skip, seconds)
+    for item in args.seconds:
+        entry, sep, value = item.partition("=")
+        if not sep or not (ENTRIES / entry).is_file():
+            parser.error(f"--seconds takes ENTRY=SECONDS with ENTRY a file under {ENTRIES}, got {item!r}")
+        try:
+            seconds[entry] = round(float(value), 1)
+        except ValueError:
+            parser.error(f"--seconds {item!r}: {value!r} is not a number of seconds")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     conditions = args.conditions or previous.get("conditions") or (
         f"verify runs of this call, torch on 1 thread (gradleak-bench's default); 1-min load {load:.1f} at the end")
