@@ -1,7 +1,8 @@
 """The defense grids behind docs/defenses.md: one committed command each, trimmed to a committed file.
 
 Each grid is one ``gradleak-bench grid`` (resumable: finished cells and utility runs are reused, so an
-interrupted grid resumes with the same command). Its ``grid.json`` is trimmed to what the docs tables need
+interrupted grid resumes with the same command). A grid is redone when its victims' weights changed since it
+ran (the file records their sha256). Its ``grid.json`` is trimmed to what the docs tables need
 (per cell and metric: mean and CI, the best prior with the leakage over it, the swap control with the
 leakage over it; per setting the utility) and written to ``docs/data/grid_NAME.json`` with the command, wall
 time, thread count and machine load. ``tools/make_docs_tables.py`` renders the tables from those files.
@@ -69,11 +70,29 @@ def trim(grid: dict) -> dict:
     return {"config": grid["config"], "cells": cells, "utility": utility}
 
 
+def weights(name: str) -> dict[str, str | None]:
+    """The sha256 of each target victim's weights at the grid's checkpoint (None: an ``init`` rebuilt from its
+    seed): a grid whose victims were retrained since (issue 37) is redone, not kept."""
+    from gradleak_bench.victims.card import locate
+    from gradleak_bench.victims.zoo import check_checkpoint, get_victim
+
+    args = GRIDS[name]
+    checkpoint = check_checkpoint(args[args.index("--checkpoint") + 1])
+    targets = [args[i + 1] for i, a in enumerate(args) if a == "-t"]
+    out = {}
+    for target in targets:
+        located = locate(get_victim(*target.split("/")), checkpoint)
+        out[f"{target}/{checkpoint}"] = None if located is None else located[1]
+    return out
+
+
 def run_one(name: str, threads: int) -> int:
     target = DATA / f"grid_{name}.json"
     cmd = command(name, threads)
     text = shlex.join(cmd)
-    if target.is_file() and json.loads(target.read_text()).get("command") == text:
+    shas = weights(name)
+    if target.is_file() and (done := json.loads(target.read_text())).get("command") == text \
+            and done.get("weights_sha256") == shas:
         print(f"{name}: done ({target.relative_to(ROOT)})")
         return 0
     print(f"{name}: {text}", flush=True)
@@ -84,7 +103,8 @@ def run_one(name: str, threads: int) -> int:
         print(f"{name}: failed with exit code {proc.returncode}; rerun to resume", file=sys.stderr)
         return proc.returncode
     grid = json.loads((ROOT / f"runs/grid_{name}" / "grid.json").read_text())
-    record = {"command": text, "threads": threads, "wall_seconds": round(wall, 1), "cpus": os.cpu_count(),
+    record = {"command": text, "weights_sha256": shas, "threads": threads, "wall_seconds": round(wall, 1),
+              "cpus": os.cpu_count(),
               "load_average_before": round(before[0], 2), "load_average_after": round(os.getloadavg()[0], 2),
               "note": "wall time on a shared 2-core machine; cells reused from an interrupted run are not timed",
               **trim(grid)}

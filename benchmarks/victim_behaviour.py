@@ -25,8 +25,10 @@ import torch
 
 import gradleak_bench  # noqa: F401  (registers the envs)
 from gradleak_bench.tasks import get_task
-from gradleak_bench.victims.checkpoint import load_victim
+from gradleak_bench.victims.card import packaged_dir, read_meta
+from gradleak_bench.victims.checkpoint import load_located, load_victim
 from gradleak_bench.victims.policies import draw_action
+from gradleak_bench.victims.zoo import NOT_LEARNED, get_victim
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "data" / "victim_behaviour.json"
@@ -34,9 +36,21 @@ VICTIMS = ("ppo", "a2c", "ppo_compact", "ppo_84", "a2c_84")
 SEED = 12345  # success_rate's val seeds
 
 
+def load(victim_name: str, checkpoint: str):
+    """The victim's published checkpoint; for a ``trained`` one that is not published because it did not learn
+    (``NOT_LEARNED``: ``a2c_84``), the withdrawn weights kept beside its init in ``not_learned/``, which this
+    script exists to explain."""
+    spec = get_victim("PointNav", victim_name)
+    if checkpoint == "trained" and spec.key in NOT_LEARNED:
+        folder = packaged_dir(spec) / "not_learned"
+        sha = read_meta(folder / "trained.json")["weights_sha256"]
+        return load_located(spec, get_task(spec.task), checkpoint, (folder / "trained.safetensors", sha))
+    return load_victim("PointNav", victim_name, checkpoint)
+
+
 @torch.no_grad()
 def behaviour(victim_name: str, checkpoint: str, episodes: int) -> dict:
-    victim = load_victim("PointNav", victim_name, checkpoint)
+    victim = load(victim_name, checkpoint)
     policy, task = victim.policy, get_task("PointNav")
     env = gym.make(task.gym_id, layouts="val", image_size=victim.spec.image_size)
     rng = np.random.default_rng(SEED)
