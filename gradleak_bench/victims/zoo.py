@@ -257,8 +257,10 @@ NOT_LEARNED: dict[str, str] = {
                                   "steps, and that offset with 16 episodes per update at lr 2e-4 for 400k steps. "
                                   "A learned state-value baseline as a training recipe (Reinforce(baseline='value'), "
                                   "the attacked loss unchanged) reached 27.5% [20.3%, 36.1%] at 200k steps, "
-                                  "overlapping random's by a hair, and 20.8% at 400k (its curve falling to 9-25%): "
-                                  "the optimiser and the batch size are what is left to try",
+                                  "overlapping random's by a hair, and 20.8% at 400k (its curve falling to 9-25%). "
+                                  "With that baseline, training gamma 0.9 gave 18.3%, and Adam with standardised "
+                                  "weights and gamma 0.95 23.3%: seven recipes (about 2.5 CPU-hours), each learning "
+                                  "one constant action (benchmarks/victim_recipes.py --probe, docs/tasks.md)",
     "PointNavContinuous/sac": "20k SAC steps (30 min) left it at 12.5% val success (3/24), a random policy's; "
                               "a longer run did not fit issue 31's CPU budget",
     f"ActivePerception/reinforce_{QGI_IMAGE_SIZE}": "never trained: reinforce did not learn at 64x64 (above), so its "
