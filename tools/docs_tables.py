@@ -255,8 +255,8 @@ BUDGET_FRAMES_TABLE = Table(
 def _gap_arm_names(attack: str) -> tuple[str, ...]:
     """An attack's arms at init, then (QGI only: RGI has no trained victim) its closed-form arms on the trained
     ``dqn_150`` (issue 40)."""
-    at_init = tuple(f"{attack}_{preset}_{solver}_{size}" for preset, size in (("paper", 150), ("quick", 150),
-                                                                              ("quick", 64)) for solver in ("adam", "cf"))
+    settings = (("paper", 150), ("quick", 150), ("quick", 64))
+    at_init = tuple(f"{attack}_{preset}_{solver}_{size}" for preset, size in settings for solver in ("adam", "cf"))
     trained = tuple(f"qgi_{preset}_cf_150_trained" for preset in ("paper", "quick")) if attack == "qgi" else ()
     return at_init + trained
 
