@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from gradleak_bench.errors import CorruptFileError, GradleakError
-from gradleak_bench.paths import atomic_write_bytes, cache_dir
+from gradleak_bench.paths import atomic_write_bytes, cache_dir, file_sha256
 
 __all__ = ["ArtifactCache", "config_hash", "declare_fitted", "fitted_paths", "read_metadata", "write_artifact"]
 
@@ -54,10 +54,6 @@ def config_hash(blob: Mapping[str, Any]) -> str:
     configuration. Floats enter through their JSON text, so put only values the configuration *states*
     (``lr=1e-3``) in the blob, never computed floats whose last bits differ between CPUs."""
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def write_artifact(path: Path, tensors: Any, meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -74,7 +70,7 @@ def write_artifact(path: Path, tensors: Any, meta: Mapping[str, Any]) -> dict[st
     else:
         safetensors.torch.save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp))
     tmp.replace(path)
-    out = {**meta, "weights_sha256": _sha256(path)}
+    out = {**meta, "weights_sha256": file_sha256(path)}
     atomic_write_bytes(path.with_suffix(".json"), json.dumps(out, indent=1).encode())
     return out
 
@@ -123,7 +119,7 @@ def read_metadata(path: Path, format: str | None = None) -> dict[str, Any]:
         raise CorruptFileError(f"{meta_path} is not a JSON object")
     if format is not None and meta.get("format") != format:
         raise CorruptFileError(f"{meta_path} is not a {format} artifact (format {meta.get('format')!r})")
-    if _sha256(path) != meta.get("weights_sha256"):
+    if file_sha256(path) != meta.get("weights_sha256"):
         raise CorruptFileError(f"{path} does not match the sha256 in {meta_path}: the file is corrupt or edited; "
                                "delete it (it is retrained) or restore it")
     return meta

@@ -51,6 +51,18 @@ def point_latest(run_dir: Path) -> Path | None:
     return link
 
 
+def file_sha256(path: Path | str) -> str:
+    """The sha256 (hex) of a file, read in 1 MiB chunks: a multi-GB artifact (the learned TRACE encoder's raw
+    gradients) is never held in memory a second time just to be hashed, inside a plug-in's memory limit."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write via a temp file and rename so a killed process never leaves a half-written file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)

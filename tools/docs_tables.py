@@ -252,12 +252,16 @@ BUDGET_FRAMES_TABLE = Table(
              Col("stage 1 solved (depth >= {solved_db:.0f} dB)", "{f.final.depth_psnr|ge(solved_db)|yesno}")))
 
 # the paper gap at 150x150 by cause (benchmarks/qgi_paper_gap.py): one file per arm, written as it runs
-GAP_ARMS = tuple(f"docs/data/qgi150/{attack}_{preset}_{solver}_{size}.json"
-                 for attack in ("qgi", "rgi") for preset, size in (("paper", 150), ("quick", 150), ("quick", 64))
-                 for solver in ("adam", "cf"))
-# QGI on the trained dqn_150 (issue 40), closed-form stage 1: listed after the init arms of its attack
-GAP_ARMS = (*GAP_ARMS[:6], *(f"docs/data/qgi150/qgi_{preset}_cf_150_trained.json" for preset in ("paper", "quick")),
-            *GAP_ARMS[6:])
+def _gap_arm_names(attack: str) -> tuple[str, ...]:
+    """An attack's arms at init, then (QGI only: RGI has no trained victim) its closed-form arms on the trained
+    ``dqn_150`` (issue 40)."""
+    settings = (("paper", 150), ("quick", 150), ("quick", 64))
+    at_init = tuple(f"{attack}_{preset}_{solver}_{size}" for preset, size in settings for solver in ("adam", "cf"))
+    trained = tuple(f"qgi_{preset}_cf_150_trained" for preset in ("paper", "quick")) if attack == "qgi" else ()
+    return at_init + trained
+
+
+GAP_ARMS = tuple(f"docs/data/qgi150/{name}.json" for attack in ("qgi", "rgi") for name in _gap_arm_names(attack))
 GAP_ORDER = tuple(path.rsplit("/", 1)[1].removesuffix(".json") for path in GAP_ARMS)
 GAP_HEADS = {"h_qgi_adam": "qgi_adam_ActivePerception_dqn_init", "h_qgi_cf": "qgi_cf_ActivePerception_dqn_init",
              "h_rgi_adam": "rgi_adam_ActivePerception_reinforce_init",

@@ -6,7 +6,6 @@ the cache under ``checkpoints/<config hash>/``. No pickle anywhere.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 from stable_baselines3.common.policies import BasePolicy
 
 from gradleak_bench.errors import CorruptFileError
-from gradleak_bench.paths import atomic_write_bytes
+from gradleak_bench.paths import atomic_write_bytes, file_sha256
 from gradleak_bench.records import VictimInfo, policy_head_names
 from gradleak_bench.victims.card import Located, VictimCard, locate, read_meta, record_card
 from gradleak_bench.victims.policies import build_policy
@@ -76,7 +75,7 @@ def save_checkpoint(policy: BasePolicy, spec: VictimSpec, checkpoint: str, direc
         "victim": spec.to_dict(),
         "checkpoint": checkpoint,
         "config_hash": spec.config_hash(),
-        "weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+        "weights_sha256": file_sha256(weights),
         "n_parameters": sum(p.numel() for p in policy.parameters()),
         "torch": torch.__version__,
         "stable_baselines3": stable_baselines3.__version__,
@@ -111,7 +110,7 @@ def load_located(spec: VictimSpec, task: TaskSpec, checkpoint: str, located: Loc
         return LoadedVictim(spec, checkpoint, policy, {"config_hash": spec.config_hash(), "report": {}}, spaces)
     weights, sha = located
     meta = read_meta(weights.with_suffix(".json"))
-    if hashlib.sha256(weights.read_bytes()).hexdigest() != sha:
+    if file_sha256(weights) != sha:
         raise CorruptFileError(f"{weights} does not match the sha256 in its JSON: the file is corrupt or edited.")
     try:
         missing, unexpected = safetensors.torch.load_model(policy, str(weights), strict=True)

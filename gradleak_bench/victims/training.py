@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 from gradleak_bench.errors import CorruptFileError, GradleakError
-from gradleak_bench.paths import atomic_write_bytes
+from gradleak_bench.paths import atomic_write_bytes, file_sha256
 from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.checkpoint import load_victim, save_checkpoint
 from gradleak_bench.victims.card import cached_dir
@@ -32,10 +31,6 @@ from gradleak_bench.victims.zoo import VictimSpec, get_victim
 
 CHUNK_STEPS = 4096
 TRAINING_STARTS = ("init", "trained")
-
-
-def _file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _save_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:
@@ -174,7 +169,7 @@ class _ProgressSaver(BaseCallback):
             _save_replay(self.model, self.directory / "replay.safetensors")
         state = {"timesteps": int(self.model.num_timesteps), "seconds": self.seconds,
                  # which weights this count belongs to: a resume refuses weights from another save
-                 "weights_sha256": _file_sha256(weights), "cpu_seconds": self.cpu_seconds,
+                 "weights_sha256": file_sha256(weights), "cpu_seconds": self.cpu_seconds,
                  # the counters SB3 schedules target-network updates by
                  "counters": {k: int(getattr(self.model, k)) for k in ("_n_updates", "_n_calls")
                               if hasattr(self.model, k)}}
@@ -361,7 +356,7 @@ def _load_progress(model: Any, directory: Path) -> dict[str, Any]:
         state = json.loads((directory / "progress.json").read_text())
         int(state["timesteps"]), float(state["seconds"])
         weights = directory / "progress.safetensors"
-        if "weights_sha256" in state and _file_sha256(weights) != state["weights_sha256"]:
+        if "weights_sha256" in state and file_sha256(weights) != state["weights_sha256"]:
             raise ValueError("progress.safetensors is not the file progress.json was saved with")
         safetensors.torch.load_model(model.policy, str(weights))
         for name, optimizer in _optimizers(model).items():
