@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import time
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from gradleak_bench.errors import ChecksumMismatchError, CorruptFileError, Split
 from gradleak_bench.dataset_config import (
     DEFAULT_BACKEND, FIRST8, TRACE_WINDOWS, DatasetConfig, check_protocol, split_config,
 )
-from gradleak_bench.paths import cache_dir
+from gradleak_bench.paths import cache_dir, temporary_sibling
 from gradleak_bench.records import Episode
 from gradleak_bench.tasks import get_task, step_truth
 
@@ -325,7 +326,7 @@ def write(path: Path, config: DatasetConfig, episodes: Iterable[Episode]) -> str
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temporary_sibling(path)
     try:
         with h5py.File(tmp, "w", track_order=True) as f:
             f.attrs["meta"] = json.dumps(meta, sort_keys=True)
@@ -354,16 +355,27 @@ def write(path: Path, config: DatasetConfig, episodes: Iterable[Episode]) -> str
     return sha
 
 
+STALE_TEMPORARY_SECONDS = 1800
+"""A temporary untouched this long whose PID is gone here was left by a killed writer. The age matters: a
+writer in another PID namespace (a sealed plug-in) is invisible to this one, yet writes its file as it goes."""
+
+
 def remove_stale_temporaries(path: Path) -> None:
-    """Delete ``.NAME.tmp-PID`` files of ``path`` left by writers that were killed (their PID is gone), so a
-    crashed generation never leaves files that later runs trip on; a live writer's file is left alone."""
-    pattern = re.compile(rf"^\.{re.escape(path.name)}\.tmp-(\d+)$")
+    """Delete ``.NAME.tmp-PID[-RANDOM]`` files of ``path`` left by writers that were killed (their PID is gone
+    and the file is older than :data:`STALE_TEMPORARY_SECONDS`), so a crashed generation never leaves files that
+    later runs trip on; a live writer's file is left alone."""
+    pattern = re.compile(rf"^\.{re.escape(path.name)}\.tmp-(\d+)(?:-[0-9a-f]+)?$")
     if not path.parent.is_dir():
         return
     for candidate in path.parent.iterdir():
         match = pattern.match(candidate.name)
         if match and not _pid_alive(int(match.group(1))):
-            candidate.unlink(missing_ok=True)
+            try:
+                idle = time.time() - candidate.stat().st_mtime
+            except FileNotFoundError:  # its writer renamed it into place meanwhile
+                continue
+            if idle > STALE_TEMPORARY_SECONDS:
+                candidate.unlink(missing_ok=True)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from gradleak_bench.errors import CorruptFileError, GradleakError, InvalidGradientError
+from gradleak_bench.paths import temporary_sibling
 from gradleak_bench.records import GradientStream
 
 FORMAT = "gradleak-bench-gradients/1"
@@ -64,7 +65,7 @@ class GradientWriter:
         self.dim = int(sum(int(np.prod(s)) for s in self.meta["param_shapes"]))
         self.dtype, self.compression = np.dtype(dtype), compression
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self.tmp = temporary_sibling(self.path)
         self.file = h5py.File(self.tmp, "w")
         self.group = self.file.create_group("episodes")
         self._hashes: dict[str, str] = {}

@@ -63,10 +63,19 @@ def file_sha256(path: Path | str) -> str:
     return digest.hexdigest()
 
 
+def temporary_sibling(path: Path) -> Path:
+    """``.NAME.tmp-PID-RANDOM`` beside ``path``: where a writer builds the file it then renames into place. The
+    random part matters: sealed plug-ins run in their own PID namespaces, where two writers of the same file
+    (two runs generating one dataset at once) can have the same PID."""
+    import secrets
+
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write via a temp file and rename so a killed process never leaves a half-written file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temporary_sibling(path)
     tmp.write_bytes(data)
     os.replace(tmp, path)
 

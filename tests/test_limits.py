@@ -506,3 +506,19 @@ FILLS_CACHE = """\
 def test_the_disk_limit_parses_like_the_others():
     assert PluginLimits().with_options(["disk=2G"]).disk == 2 << 30
     assert PluginLimits().disk == 16 << 30 and "disk=16 GiB" in PluginLimits().describe()
+
+
+def test_a_locked_file_is_not_read_as_the_process_limit():
+    """EAGAIN is both the kernel refusing a process and a file another process holds locked (two runs creating
+    the same dataset at once: h5py "unable to lock file"); the hint appended to the error names the right one."""
+    from gradleak_bench.run.limits import PluginLimits
+    from gradleak_bench.run.sandbox import resource_hint
+
+    limits = PluginLimits.from_dict(None)
+    locked = {"type": "BlockingIOError", "error": "[Errno 11] Unable to synchronously create file (unable to lock "
+                                                  "file, errno = 11, error message = 'Resource temporarily unavailable')"}
+    assert "another process holds a lock" in resource_hint(locked, limits)
+    fork = {"type": "BlockingIOError", "error": "[Errno 11] Resource temporarily unavailable"}
+    assert resource_hint(fork, limits).startswith(f"; its process limit is {limits.processes} ")
+    assert resource_hint({"type": "MemoryError", "error": ""}, limits).startswith("; its memory limit is ")
+    assert resource_hint({"type": "ValueError", "error": "bad"}, limits) == ""

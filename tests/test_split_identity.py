@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import h5py
@@ -178,14 +179,29 @@ def test_a_mismatching_cache_is_regenerated_at_most_once(official_config, monkey
 
 def test_killed_generation_leaves_nothing_that_later_runs_trip_on(tmp_path, official_config):
     target = tmp_path / "d.h5"
-    dead = tmp_path / f".{target.name}.tmp-{_dead_pid()}"
-    live = tmp_path / f".{target.name}.tmp-{os.getppid()}"  # a live process (not this one: it is the writer)
-    dead.write_bytes(b"half a file")
-    live.write_bytes(b"a writer still at work")
+    dead = tmp_path / f".{target.name}.tmp-{_dead_pid()}"  # an older writer's name (no random part)
+    killed = tmp_path / f".{target.name}.tmp-{_dead_pid()}-0badcafe"
+    live = tmp_path / f".{target.name}.tmp-{os.getppid()}-1234abcd"  # a live process (not this one: the writer)
+    # a writer in another PID namespace (a sealed plug-in): its PID means nothing here, but it is writing
+    elsewhere = tmp_path / f".{target.name}.tmp-{_dead_pid()}-5eed5eed"
+    for path in (dead, killed, live, elsewhere):
+        path.write_bytes(b"half a file")
+    hour_ago = time.time() - 3600
+    for path in (dead, killed, live):
+        os.utime(path, (hour_ago, hour_ago))
     small = dataclasses.replace(official_config, episodes_per_layout=1)
     datasets.write(target, small, datasets.generate(small, progress=False, limit=2))
-    assert not dead.exists() and live.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, live.name])
+    assert not dead.exists() and not killed.exists() and live.exists() and elsewhere.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, live.name, elsewhere.name])
+
+
+def test_two_writers_with_one_pid_never_share_a_temporary(tmp_path):
+    """Sealed plug-ins have their own PID namespaces: two of them writing one file can have the same PID."""
+    from gradleak_bench.paths import temporary_sibling
+
+    target = tmp_path / "d.h5"
+    names = {temporary_sibling(target).name for _ in range(50)}
+    assert len(names) == 50 and all(n.startswith(f".d.h5.tmp-{os.getpid()}-") for n in names)
 
 
 def _dead_pid() -> int:

@@ -12,6 +12,7 @@ the scorer's process instead: for debugging only, recorded in results.json, neve
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -620,13 +621,7 @@ class PluginProcess:
         return reply, arrays
 
     def _resource_hint(self, reply: dict[str, Any]) -> str:
-        """The limit a plug-in's error most likely comes from (the kernel refusing memory or a process)."""
-        text = f"{reply.get('type')} {reply.get('error')}"
-        if reply.get("type") == "MemoryError" or "allocate memory" in text or "out of memory" in text.lower():
-            return f"; its memory limit is {format_bytes(self.limits.memory)} {raise_hint('memory')}"
-        if "Resource temporarily unavailable" in text or reply.get("type") == "BlockingIOError":
-            return f"; its process limit is {self.limits.processes} {raise_hint('processes')}"
-        return ""
+        return resource_hint(reply, self.limits)
 
     def _over_time(self, op: str) -> PluginLimitExceeded:
         seconds = self.limits.seconds(op)
@@ -778,6 +773,20 @@ class PluginProcess:
             self.close()
         except Exception:
             pass
+
+
+def resource_hint(reply: dict[str, Any], limits: PluginLimits) -> str:
+    """What a plug-in's error most likely comes from, appended to it: the kernel refusing memory or a process
+    at the plug-in's limits, or (the same EAGAIN as a refused process) a file another process holds locked."""
+    text = f"{reply.get('type')} {reply.get('error')}"
+    if reply.get("type") == "MemoryError" or "allocate memory" in text or "out of memory" in text.lower():
+        return f"; its memory limit is {format_bytes(limits.memory)} {raise_hint('memory')}"
+    if "Resource temporarily unavailable" in text or reply.get("type") == "BlockingIOError":
+        if re.search(r"\block(ed|ing)?\b", str(reply.get("error")), re.IGNORECASE):  # not "BlockingIOError"
+            return ("; another process holds a lock on a file it opened (two runs creating the same dataset or "
+                    "cache at once?): rerun when the other has finished")
+        return f"; its process limit is {limits.processes} {raise_hint('processes')}"
+    return ""
 
 
 class _Deadline(Exception):
