@@ -74,6 +74,11 @@ def test_record_is_written_after_each_epoch_and_resumed(tmp_path):
     assert not list(tmp_path.glob(".*tmp*"))  # the write is atomic: no temp file left
     other = dc.plan((24,), ("analytic",), 48, 24, 1)  # other settings: another run, a new record
     assert dc.load_record(path, other, "x")["points"].keys() == {"analytic-24"}
+    # a record made on other weights of the victim (retrained since) is another run: its epochs do not count
+    stale = json.loads(path.read_text())
+    stale["settings"]["weights_sha256"] = "0" * 64
+    path.write_text(json.dumps(stale))
+    assert dc.load_record(path, points, "y")["points"]["learned-24"]["epochs_done"] == 0
 
 
 def test_deadline_and_epoch_estimate():
