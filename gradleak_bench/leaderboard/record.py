@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from gradleak_bench.errors import InvalidEntryError
+from gradleak_bench.paths import file_sha256
 from gradleak_bench.run.results import Interval
 
 SCHEMA = "gradleak-bench-verification/1"
@@ -186,7 +187,7 @@ def record_path(entries_dir: Path, relative: Path) -> Path:
 
 
 def entry_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return file_sha256(path)
 
 
 def keys_dir(entries_dir: Path) -> Path:

@@ -13,7 +13,6 @@ tolerance (:func:`differences`), never byte for byte.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import json
 import math
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from gradleak_bench.errors import CorruptFileError
+from gradleak_bench.paths import file_sha256
 from gradleak_bench.leaderboard.schema import Entry
 
 FORMAT = "gradleak-bench-thumbnails/1"
@@ -89,7 +89,7 @@ def png_path(root: Path, entry: Entry, field_name: str) -> Path:
 
 
 def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return file_sha256(path)
 
 
 # --- computing (a sealed re-run) -------------------------------------------------------------------------------
