@@ -92,13 +92,12 @@ def trace_report(unit: dict[str, Any]) -> dict[str, Any]:
 
     victim = load_victim(TASK, unit["victim"], unit["checkpoint"])
     info = victim_info(victim, make_gradients(EvaluateConfig("trace", TASK, unit["victim"]), victim))
-    from gradleak_bench.paths import cache_dir
-    from gradleak_bench.run.isolation import plugin_cache
+    from gradleak_bench.run.isolation import sealed_twin
 
     attack = tr.TRACE(**unit["attack_params"])
     path = attack.cache(tr.victim_identity(info), tr.gradient_layout(info)).path("model")
     # a sealed run's attacker keeps its cache in the plug-ins' own folder, not the scorer's
-    sealed = plugin_cache("attack", "trace") / path.relative_to(cache_dir())
+    sealed = sealed_twin("attack", "trace", path)
     meta = json.loads((sealed if sealed.with_suffix(".json").is_file() else path).with_suffix(".json").read_text())
     return {"config": meta["config"], "n_parameters": meta["n_parameters"], "action_kind": meta["action_kind"],
             **{k: meta["report"][k] for k in ("epochs", "train_sequences", "val_sequences", "collect_seconds",

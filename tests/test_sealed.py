@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -268,3 +269,16 @@ def test_a_file_plugin_named_relative_to_the_working_directory_runs_sealed(tmp_p
     result = _run(tmp_path, "mine.py:Mine", priors=False)
     assert [r.status for r in result.rows] == ["ok", "ok"]
     assert result.summary["metrics"]["action_accuracy"]["mean"] == 1.0
+
+
+def test_a_tool_finds_what_a_sealed_run_fitted_at_the_same_path_in_the_plugins_cache(tmp_path, cache_dir):
+    """docs/make_trace_figures.py and benchmarks/continuous_pipeline.py read the attackers the sealed runs
+    trained: the same relative path as an unsealed run's, inside the plug-in's own cache."""
+    from gradleak_bench.run.isolation import plugin_cache, sealed_twin
+
+    unsealed = Path(cache_dir) / "attackers" / "trace-0123" / "model.safetensors"
+    twin = sealed_twin("attack", "trace", unsealed)
+    assert twin == plugin_cache("attack", "trace") / "attackers" / "trace-0123" / "model.safetensors"
+    assert twin.parents[3] == Path(cache_dir) / "plugins"
+    with pytest.raises(ValueError):  # only a path under the scorer's cache has a twin
+        sealed_twin("attack", "trace", tmp_path / "model.safetensors")

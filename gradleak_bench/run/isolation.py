@@ -121,6 +121,15 @@ def plugin_cache(kind: str, reference: str, scope: str | None = None) -> Path:
     return path
 
 
+def sealed_twin(kind: str, reference: str, path: Path) -> Path:
+    """Where a sealed run of a built-in plug-in keeps the file an unsealed one keeps at ``path`` (a path under
+    the scorer's cache): the same relative path in the plug-in's own cache (:func:`plugin_cache`). For tools
+    that read what the sealed runs fitted (a cached TRACE attacker), never for the scorer itself."""
+    from gradleak_bench.paths import cache_dir
+
+    return plugin_cache(kind, reference) / Path(path).relative_to(cache_dir())
+
+
 def code_identity(kind: str, reference: str, scope: str | None = None) -> dict[str, Any]:
     """What a plug-in's cache is keyed by, read without importing it: a file plug-in's class and the sha256 of every
     ``.py`` file of its folder (all of them are its code: it may import them); for the built-ins (this project's
