@@ -4,10 +4,10 @@
 fine-tunes the committed ``trained`` checkpoint (NatureCNN, 604k parameters, the TRACE victim and the
 leaderboard's headline) for ``--budget`` environment steps with the defense on its real updates
 (``train-defense --start trained``), beside the undefended fine-tuning with the same seed, and both are
-scored on the val layouts. Training PointNav PPO from scratch takes 150k steps (22 min a run here) to beat
-a random policy (30% vs 12.5% success), so 21 settings x 3 seeds from scratch would be ~23 CPU-hours on this
-2-core machine; a fine-tuning round from the shared checkpoint is the client's real situation in federated
-RL and costs minutes. (The compact victim does not learn PointNav within its 20k steps: 2.5% success.)
+scored on the val layouts. Training PointNav PPO from scratch takes TRACE's 512k steps (0.8 CPU-hours here)
+to reach 34% val success against a random policy's 8%, so 21 settings x 3 seeds from scratch would be ~50
+CPU-hours on this 2-core machine; a fine-tuning round from the shared checkpoint is the client's real
+situation in federated RL and costs minutes. (The compact victim does not learn PointNav within its 20k steps: 2.5% success.)
 
 **Leakage** is the same checkpoint's released gradient behind the same setting, on two axes from the
 committed grids (``benchmarks/defense_grid.py``), each the leakage over the best gradient-free prior with its
