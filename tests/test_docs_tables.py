@@ -43,6 +43,18 @@ def test_a_changed_source_number_changes_the_table(tables):
     assert tables.render_table(spec, changed) != tables.render_table(spec, data)
 
 
+def test_a_data_curve_in_progress_renders_its_finished_points_only(tables):
+    """benchmarks/trace_data_curve.py writes its record after every epoch: a point not started yet (no epoch,
+    no history) has no row, and the table still renders."""
+    spec = tables.TABLES["trace_data_curve"]
+    data = tables.load_sources(spec)
+    started = copy.deepcopy(data)
+    point = next(p for p in started["data"]["points"].values() if p["epochs_done"])
+    rows = tables.render_table(spec, started).count("\n")
+    point.update(epochs_done=0, history=[], calls=[])
+    assert tables.render_table(spec, started).count("\n") == rows - 1
+
+
 def test_a_drifted_cell_is_reported(tables):
     """One committed cell edited by hand fails the check, naming the table and its source."""
     text = (ROOT / "docs" / "tsp.md").read_text()

@@ -500,6 +500,7 @@ TRACE_SPEED_TABLE = Table(
 TRACE_DATA_CURVE = Table(
     "docs/trace.md", {"data": "docs/data/trace_data_curve.json"}, let={"encoders": ("learned", "analytic")},
     rows=(Loop("key, p", "data.points", order=("p.encoder|rank(encoders)", "p.sequences"),
+               where="p.epochs_done",  # a run in progress: its points not started yet have no row
                let={"last": "p.history|last"},
                cells=("{p.encoder}", "{p.sequences}", "{p.epochs_done} of {p.epochs_planned}",
                       "{last.val_psnr_autoregressive:.2f}",

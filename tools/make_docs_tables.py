@@ -386,7 +386,7 @@ FILTERS: dict[str, Callable[..., Any]] = {
     # lists and dicts
     "len": len,
     "keys": list,
-    "last": lambda v: v[-1],
+    "last": lambda v: v[-1] if v else None,  # None for an empty list: a ``where`` test can then leave it out
     "min": min,
     "max": max,
     "mean": _mean,
