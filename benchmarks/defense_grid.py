@@ -73,17 +73,12 @@ def trim(grid: dict) -> dict:
 def weights(name: str) -> dict[str, str | None]:
     """The sha256 of each target victim's weights at the grid's checkpoint (None: an ``init`` rebuilt from its
     seed): a grid whose victims were retrained since (issue 37) is redone, not kept."""
-    from gradleak_bench.victims.card import locate
-    from gradleak_bench.victims.zoo import check_checkpoint, get_victim
+    from gradleak_bench.victims.card import weights_sha256
 
     args = GRIDS[name]
-    checkpoint = check_checkpoint(args[args.index("--checkpoint") + 1])
+    checkpoint = args[args.index("--checkpoint") + 1]
     targets = [args[i + 1] for i, a in enumerate(args) if a == "-t"]
-    out = {}
-    for target in targets:
-        located = locate(get_victim(*target.split("/")), checkpoint)
-        out[f"{target}/{checkpoint}"] = None if located is None else located[1]
-    return out
+    return {f"{target}/{checkpoint}": weights_sha256(*target.split("/"), checkpoint) for target in targets}
 
 
 def run_one(name: str, threads: int) -> int:

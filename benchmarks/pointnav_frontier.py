@@ -17,7 +17,8 @@ action accuracy; its images do not beat the best prior even undefended, docs/tra
 computed per axis.
 
 Each (setting, seed) run is one JSON in ``docs/data/frontier/runs/``, written when it finishes and skipped
-when the script runs again, so the frontier is resumable across machines and sessions (the victims' own
+when the script runs again while the victim's weights are the ones it records (a run of weights retrained
+since is redone), so the frontier is resumable across machines and sessions (the victims' own
 progress is also cached by config hash while a run is under way). ``--report`` aggregates what has
 finished into ``docs/data/frontier/pointnav_ppo.json`` and the plot ``docs/img/frontier_pointnav_ppo.png``:
 per setting, mean and sample sd over seeds of the val return, the cost paired by seed against the
@@ -84,6 +85,18 @@ def training_params(setting: Any) -> dict[str, Any]:
     return params
 
 
+def victim_weights() -> str | None:
+    """The sha256 of the weights every run fine-tunes: a run made on other weights (the victim retrained
+    since, issue 37) is redone, and left out of the report until it is."""
+    from gradleak_bench.victims.card import weights_sha256
+
+    return weights_sha256(CONFIG["task"], CONFIG["victim"], CONFIG["start"])
+
+
+def current(path: Path, weights: str | None) -> bool:
+    return path.is_file() and json.loads(path.read_text()).get("victim_weights_sha256") == weights
+
+
 def run_file(label: str, seed: int) -> Path:
     return RUNS / f"{re.sub(r'[^A-Za-z0-9_.=-]+', '_', label)}__seed{seed}.json"
 
@@ -100,7 +113,9 @@ def run_missing(limit_minutes: float | None, shard: tuple[int, int] = (0, 1)) ->
     # still trains the undefended run of its seeds once (cached by config hash).
     index, count = shard
     pairs = [(s, seed) for s in settings() for seed in CONFIG["seeds"]]
-    todo = [(s, seed) for k, (s, seed) in enumerate(pairs) if k % count == index and not run_file(s.label, seed).is_file()]
+    weights = victim_weights()
+    todo = [(s, seed) for k, (s, seed) in enumerate(pairs)
+            if k % count == index and not current(run_file(s.label, seed), weights)]
     print(f"{len(todo)} runs to go", flush=True)
     for setting, seed in todo:
         if limit_minutes is not None and time.monotonic() - started > 60 * limit_minutes:
@@ -117,6 +132,7 @@ def run_missing(limit_minutes: float | None, shard: tuple[int, int] = (0, 1)) ->
             "defended": report["defended"], "undefended": report["undefended"],
             "dp_epsilon_per_step": report.get("dp_epsilon_per_step"),
             "config_hash": report["config_hash"], "victim_config_hash": report["victim_config_hash"],
+            "victim_weights_sha256": weights,
             "process_wall_seconds": round(time.monotonic() - t0, 1),
             "process_cpu_seconds": round(time.process_time() - cpu0, 1),
             "load_average_before": load_before, "load_average_after": os.getloadavg()[0],
@@ -179,9 +195,11 @@ def report() -> dict[str, Any]:
     import numpy as np
 
     runs: dict[str, list[dict[str, Any]]] = {}
+    weights = victim_weights()
     for f in sorted(RUNS.glob("*.json")):
         r = json.loads(f.read_text())
-        runs.setdefault(r["setting"], []).append(r)
+        if r.get("victim_weights_sha256") == weights:  # a run of weights retrained since waits to be redone
+            runs.setdefault(r["setting"], []).append(r)
     leakage = leakage_by_setting()
     rows = []
     for s in settings():

@@ -120,12 +120,10 @@ def plan(sizes: Sequence[int], encoders: Sequence[str], presentations: int, batc
 def settings(points: Sequence[Point]) -> dict[str, Any]:
     """What makes two runs the same run (a record of other settings is not resumed). The victim's weights are
     part of it: a victim retrained since (issue 37) starts a new record, not the old weights' epochs."""
-    from gradleak_bench.victims.card import locate
-    from gradleak_bench.victims.zoo import get_victim
+    from gradleak_bench.victims.card import weights_sha256
 
-    weights = locate(get_victim(TASK, VICTIM), CHECKPOINT)
     return {"task": TASK, "victim": VICTIM, "checkpoint": CHECKPOINT,
-            "weights_sha256": None if weights is None else weights[1], "preset": "paper",
+            "weights_sha256": weights_sha256(TASK, VICTIM, CHECKPOINT), "preset": "paper",
             "points": [p.key for p in points], "overrides": {p.key: p.overrides() for p in points}}
 
 

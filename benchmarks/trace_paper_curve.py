@@ -29,7 +29,7 @@ from gradleak_bench.baselines.attacks.trace.training import CURVE
 from gradleak_bench.errors import GradleakError
 from gradleak_bench.run.auxiliary import AuxiliaryData
 from gradleak_bench.stream.replay import EpisodeGradients
-from gradleak_bench.victims.card import locate
+from gradleak_bench.victims.card import weights_sha256
 from gradleak_bench.victims.checkpoint import load_victim, victim_info
 from gradleak_bench.victims.spaces import env_spaces
 
@@ -89,13 +89,13 @@ def main() -> None:
     gradients = EpisodeGradients(victim.policy, victim.spec.loss, env_spaces("PointNav", victim.spec.image_size)[0])
     info, aux = victim_info(victim, gradients), AuxiliaryData(victim, gradients)
     overrides = {"max_episodes": args.max_episodes, "val_episodes": args.val_episodes}
-    weights_sha256 = locate(victim.spec, "trained")[1]
+    weights = weights_sha256("PointNav", "ppo", "trained")
     start, load_start = time.time(), os.getloadavg()[0]
     # per epoch, this process's CPU seconds (the epoch's training and validation): what an epoch costs on a
     # core of its own, whatever the machine's load did to the wall time
     earlier = json.loads(OUT.read_text()) if OUT.is_file() else {}
     # another data cap, or a victim retrained since (issue 37), is another run: its epochs cost otherwise
-    if earlier.get("overrides") != overrides or earlier.get("weights_sha256") != weights_sha256:
+    if earlier.get("overrides") != overrides or earlier.get("weights_sha256") != weights:
         earlier = {}
     cpu_per_epoch: dict[str, float] = earlier.get("cpu_seconds_per_epoch", {})
     while True:
@@ -122,7 +122,7 @@ def main() -> None:
             "what": "TRACE paper preset on PointNav/ppo (trained), data capped; learning curve so far",
             "command": f"OMP_NUM_THREADS={threads} python benchmarks/trace_paper_curve.py --max-episodes "
                        f"{args.max_episodes} --val-episodes {args.val_episodes} --minutes {args.minutes}",
-            "overrides": overrides, "weights_sha256": weights_sha256, "threads": threads,
+            "overrides": overrides, "weights_sha256": weights, "threads": threads,
             "load_average": [round(load_start, 2), round(os.getloadavg()[0], 2)],
             "curve": curve, "cpu_seconds_per_epoch": cpu_per_epoch,
             "extrapolation": {

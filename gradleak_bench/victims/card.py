@@ -26,7 +26,7 @@ import numpy as np
 
 from gradleak_bench.errors import CorruptFileError, GradleakError
 from gradleak_bench.paths import atomic_write_bytes, cache_dir
-from gradleak_bench.victims.zoo import NOT_LEARNED, VictimSpec
+from gradleak_bench.victims.zoo import NOT_LEARNED, VictimSpec, check_checkpoint, get_victim
 
 CARD_FORMAT = "gradleak-bench-victim-card/1"
 # Where torch picks its CPU kernels; a cached gradient was computed on one of these paths.
@@ -180,6 +180,14 @@ def locate(spec: VictimSpec, checkpoint: str) -> Located | None:
         raise CorruptFileError(f"{directory}/{checkpoint}.json records no weights_sha256: the file is corrupt or "
                                "edited")
     return directory / f"{checkpoint}.safetensors", sha
+
+
+def weights_sha256(task: str, victim: str, checkpoint: str) -> str | None:
+    """The sha256 of a checkpoint's published weights (None: an ``init`` rebuilt from its seed). A committed
+    study records it, so that a rerun after the victim was retrained (issue 37) redoes its cells instead of
+    keeping the old weights' results beside the new ones."""
+    located = locate(get_victim(task, victim), check_checkpoint(checkpoint))
+    return None if located is None else located[1]
 
 
 def find_card(spec: VictimSpec, checkpoint: str, located: Located | None) -> VictimCard | None:
