@@ -7,7 +7,8 @@ leaderboard's headline) for ``--budget`` environment steps with the defense on i
 scored on the val layouts. Training PointNav PPO from scratch takes TRACE's 512k steps (0.8 CPU-hours here)
 to reach 34% val success against a random policy's 8%, so 21 settings x 3 seeds from scratch would be ~50
 CPU-hours on this 2-core machine; a fine-tuning round from the shared checkpoint is the client's real
-situation in federated RL and costs minutes. (The compact victim does not learn PointNav within its 20k steps: 2.5% success.)
+situation in federated RL and costs minutes. (The compact victim does not learn PointNav within its 20k
+steps: 2.5% success.)
 
 **Leakage** is the same checkpoint's released gradient behind the same setting, on two axes from the
 committed grids (``benchmarks/defense_grid.py``), each the leakage over the best gradient-free prior with its

@@ -4,7 +4,7 @@ defense"): one committed command per cell, trimmed to docs/data/trace_adaptive.j
 Each cell is one ``gradleak-bench evaluate trace`` on PointNav/ppo (trained checkpoint), held-out episodes,
 at a stated budget (``BUDGETS``): ``small`` (the quick model on 2 auxiliary episodes per train layout, 6
 epochs; docs/data/trace_adaptive.json) or ``quick`` (the whole quick preset, the budget of the headline TRACE
-run, where its images leak beyond the best prior; docs/data/trace_adaptive_quick.json).
+run; docs/data/trace_adaptive_quick.json).
 The non-adaptive attacker is trained once on exact gradients and scored behind every defense; the adaptive
 one (``-A adaptive=true``) is trained per defense on auxiliary gradients released through that defense with
 its own random draws. Resumable: a cell already in the JSON on the victim's current weights (its
