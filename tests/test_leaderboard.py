@@ -191,8 +191,9 @@ def test_leakage_must_be_measured_against_the_best_prior_of_the_rows():
     data = json.loads((ENTRIES / "PointNav" / "none" / "closed_form__ppo-trained.json").read_text())
     m, rows = data["metrics"]["action_accuracy"], data["episodes"]
     priors = rows["references"]["action_accuracy"]
-    weakest = min(priors, key=lambda k: np.mean(priors[k]))
-    assert weakest != m["best_prior"]
+    # a prior strictly weaker than the best by the rows (on this victim the three action priors can tie)
+    weakest = next(k for k in sorted(priors) if k != m["best_prior"])
+    priors[weakest] = list(np.asarray(priors[weakest], dtype=float) - 0.25)
     # a weaker baseline inflates the headline leakage; the summary is consistent with the rows for that prior
     m["best_prior"] = weakest
     m["prior_leakage"] = _summary(np.subtract(rows["values"]["action_accuracy"], priors[weakest]))
