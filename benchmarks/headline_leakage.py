@@ -99,6 +99,14 @@ RUN_LIST: tuple[Run, ...] = (
     Run("rgi_cf_ActivePerception_reinforce_init", "images", "rgi", "ActivePerception", "reinforce",
         episodes=12, params=("preset=quick", "linear_solver=closed_form"), metrics=QGI_METRICS,
         budget="quick: closed-form stage 1 + 200 iterations; Monte-Carlo returns split"),
+    # RGI on the paper's own network (issue 37/40): depth through convolutions, so stage 1 recovers only the box
+    # and depth joins RGB in stage 2, as in the paper's pipeline
+    Run("rgi_adam_ActivePerception_reinforce_convdepth_init", "images", "rgi", "ActivePerception",
+        "reinforce_convdepth", episodes=12, params=("preset=quick",), metrics=QGI_METRICS,
+        budget="quick: 300 + 200 iterations (Adam stage 1); depth in stage 2"),
+    Run("rgi_cf_ActivePerception_reinforce_convdepth_init", "images", "rgi", "ActivePerception",
+        "reinforce_convdepth", episodes=12, params=("preset=quick", "linear_solver=closed_form"),
+        metrics=QGI_METRICS, budget="quick: closed-form stage 1 + 200 iterations; depth in stage 2"),
     Run("tsp_PointNav_ppo_init", "tsp", "tsp", "PointNav", "ppo", split="test-full",
         metrics=("action", "pose"), budget="default (fit on train layouts)"),
     Run("tsp_PointNav_ppo_trained", "tsp", "tsp", "PointNav", "ppo", "trained", split="test-full",

@@ -216,7 +216,7 @@ _BUILTIN = (
                  Action("stay", "stay")),
         obs_fields=("rgb", "depth", "bbox"),
         info_fields=(),
-        victims=("dqn", "reinforce", "dqn_compact", "dqn_150", "reinforce_150"),
+        victims=("dqn", "reinforce", "dqn_compact", "dqn_150", "reinforce_150", "reinforce_convdepth"),
     ),
     TaskSpec(
         name="PointNavContinuous",

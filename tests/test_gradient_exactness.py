@@ -8,6 +8,7 @@ re-implementation. ``max_grad_norm=inf`` keeps clipping (a defense) out of it.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -319,6 +320,66 @@ def test_150px_victims_see_150x150_and_stream_gradients_of_their_shapes(victim_n
         assert torch.isfinite(stream.tensors[name]).all(), name
     widths = {p.shape[1] for n, p in trained.items() if p.ndim == 2}
     assert {64 * 15 * 15, 150 * 150 + 256 + 4} <= widths  # NatureCNN's features; depth + features + box
+
+
+def test_convdepth_reinforce_passes_depth_through_a_cnn_and_its_gradient_equals_sb3() -> None:
+    """RGI's victim as the paper builds it (issue 37): the committed ``init`` loads, depth goes through its own
+    NatureCNN and the box through its own linear layer (so the two-stage attacks put depth in stage 2 and the
+    box in stage 1), and on a real ActivePerception frame the engine's per-sample gradient of plain REINFORCE
+    equals the one SB3 computes in a ``Reinforce`` model holding the same weights."""
+    import gradleak_bench  # noqa: F401  (registers the gym ids)
+    from gradleak_bench.inversion.network import VictimNet
+    from gradleak_bench.victims import load_victim
+    from gradleak_bench.victims.architectures import DepthCNN, VectorMLP
+    from gradleak_bench.victims.checkpoint import attacker_copy
+    from gradleak_bench.victims.policies import resolve_policy_kwargs
+
+    victim = load_victim("ActivePerception", "reinforce_convdepth", "init")
+    assert "weights_sha256" in victim.meta, "the committed init checkpoint must be loaded (tools/publish_zoo.py)"
+    extractors = victim.policy.features_extractor.extractors
+    assert isinstance(extractors["depth"], DepthCNN) and isinstance(extractors["bbox"], VectorMLP)
+    net = VictimNet(SimpleNamespace(policy=attacker_copy(victim), loss=victim.spec.loss))
+    slices = net.feature_slices()
+    assert {k: s.stop - s.start for k, s in slices.items()} == {"bbox": 64, "depth": 256, "rgb": 256}
+    assert net.linear_keys() == ["bbox"]
+    assert victim.policy.mlp_extractor.policy_net[0].in_features == 64 + 256 + 256
+
+    env = gym.make("gradleak/ActivePerception-v0", layouts="test", image_size=victim.spec.image_size)
+    try:
+        obs, _ = env.reset(seed=0)
+        for _ in range(24):  # turn until the target is in view: a non-zero box reaches the box's layer
+            obs, *_ = env.step(4)
+            if obs["bbox"].any():
+                break
+        space = env.observation_space
+    finally:
+        env.close()
+    assert float(obs["depth"].max()) > 0.5 and obs["bbox"].any(), "a real frame with the target in view"
+
+    class _ActivePerceptionSpaces(_TinyEnv):
+        def __init__(self):
+            super().__init__(space)
+            self.action_space = spaces.Discrete(7)
+
+    spec = victim.spec.loss
+    torch.manual_seed(0)
+    model = Reinforce("MultiInputPolicy", _ActivePerceptionSpaces(), n_steps=1, ent_coef=spec.ent_coef,
+                      policy_kwargs=resolve_policy_kwargs(victim.spec.policy_kwargs), seed=0, device="cpu",
+                      max_grad_norm=math.inf)
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    model.policy.load_state_dict(victim.policy.state_dict())
+    stored = {"bbox": obs["bbox"], "depth": obs["depth"], "rgb": obs["rgb"].transpose(2, 0, 1)}  # SB3's buffer layout
+    action, ret = 4, 2.3
+    old_log_prob = float(_current_log_prob(model, {k: v[None] for k, v in stored.items()}, np.array([action]))[0])
+    expected = _sb3_on_policy_gradient(model, stored, action, 0.0, ret, old_log_prob)
+    for name in ("features_extractor.extractors.depth.cnn.cnn.0.weight", "features_extractor.extractors.bbox.1.weight"):
+        assert expected[name].abs().max() > 0, f"{name} is trained by the loss"
+
+    batch = victim.policy.obs_to_tensor({k: v[None] for k, v in stored.items()})[0]
+    inputs = LossInputs(batch, torch.tensor([action]), advantages=torch.tensor([0.0]), returns=torch.tensor([ret]))
+    for path, fast in (("vmap", False), ("default", True)):
+        _compare(expected, _row(PerSampleGradients(victim.policy, spec, fast=fast)(inputs), 0),
+                 f"reinforce_convdepth/{path}")
 
 
 @pytest.mark.parametrize("kind", ["cnn", "multi", "mlp"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from gradleak_bench import dataset as datasets
 from gradleak_bench import plugins
@@ -140,6 +141,50 @@ def test_rule_based_signals_are_exact_from_an_exact_stage_one(cls, victim):
     for name in ("q_value", "q_target", "return"):
         if name in recon.fields:
             np.testing.assert_allclose(recon.fields[name], episode.steps[name], rtol=1e-3, atol=1e-4)
+
+
+def test_paper_network_box_is_solved_through_its_own_linear_layer():
+    """On the RGI paper's network (``reinforce_convdepth``: depth through a CNN, the box through its own linear
+    layer) stage 1 covers the box's layer: with the closed form the box comes back exact from that layer's
+    gradient where any of its units fires, and as the zero box where none does (the layer's zero bias at
+    ``init``: its gradient then only says ``W x <= 0``, whose one point is 0). Depth is a stage-2 image now,
+    not a stage-1 vector."""
+    import dataclasses
+
+    from gradleak_bench.baselines.attacks.two_stage import silent_layer_input
+    from gradleak_bench.records import Episode
+
+    episode, _, gradients, info = _episode("ActivePerception", "reinforce_convdepth")
+    net = VictimNet(info)
+    assert net.linear_keys() == ["bbox"]
+    assert net.stage1_names()[:2] == ("features_extractor.extractors.bbox.1.weight",
+                                      "features_extractor.extractors.bbox.1.bias")
+    rng = np.random.default_rng(0)
+    boxes = np.sort(rng.uniform(-1, 1, (episode.length, 2, 2)), axis=1).transpose(0, 2, 1).reshape(-1, 4)
+    boxes[::3] = 0.0  # target out of view
+    steps = {**episode.steps, "bbox": boxes.astype(np.float32)}
+    episode = dataclasses.replace(episode, steps=steps)
+    observed = ObservedEpisode("k", np.arange(episode.length), gradients(episode))
+    recon = RGI(linear_solver="closed_form", stage2=0).reconstruct(observed, info)
+    np.testing.assert_allclose(recon.fields["bbox"], boxes, atol=1e-4)
+    assert np.array_equal(recon.fields["action"], episode.steps["action"])
+    np.testing.assert_allclose(recon.fields["return"], episode.steps["return"], rtol=1e-3, atol=1e-4)
+    assert np.nanmean(depth_psnr(recon.fields["depth"], episode.steps["depth"])) < 40, "depth is no stage-1 read"
+
+    # a trained layer's bias, some of it positive: the silent frames' box is the nearest point that keeps every
+    # unit off (no farther than a box known to), and a bias no box can silence fails the frame
+    layer = net.first_linear("bbox")
+    params = dict(net.policy.named_parameters())
+    weight = params[layer[0]].detach().double().numpy()
+    silent_box = np.array([0.2, -0.5, 0.4, 0.1])
+    params[layer[1]].data = torch.from_numpy(-(weight @ silent_box) - 0.05).float()
+    bias = params[layer[1]].detach().double().numpy()
+    assert (bias > 0).any()
+    x = silent_layer_input(net, layer, 2).double().numpy()
+    assert np.all(x @ weight.T + bias <= 1e-5) and np.allclose(x[0], x[1])
+    assert 0 < np.linalg.norm(x[0]) <= np.linalg.norm(silent_box)
+    params[layer[1]].data.fill_(0.3)  # the rows of W span every direction: nothing keeps all 64 units off
+    assert np.isnan(silent_layer_input(net, layer, 1).numpy()).all()
 
 
 @pytest.mark.parametrize("params", [{"objective": "original"}, {"stages": "joint"}], ids=["original", "joint"])

@@ -653,7 +653,9 @@ CLOSED_FORM_RUNS = headline(*(f"closed_form_{task}_{victim}_{ck}"
 INVERSION_RUNS = headline("ig_PointNav_ppo_init", "ig_ActivePerception_dqn_init", "dlg_ActivePerception_dqn_init",
                           "idlg_ActivePerception_dqn_init", "qgi_adam_ActivePerception_dqn_init",
                           "qgi_cf_ActivePerception_dqn_init", "rgi_adam_ActivePerception_reinforce_init",
-                          "rgi_cf_ActivePerception_reinforce_init")
+                          "rgi_cf_ActivePerception_reinforce_init",
+                          "rgi_adam_ActivePerception_reinforce_convdepth_init",
+                          "rgi_cf_ActivePerception_reinforce_convdepth_init")
 TSP_RUNS = headline("tsp_PointNav_ppo_init", "tsp_PointNav_ppo_trained")
 ALL_RUNS = (CLOSED_FORM_RUNS + INVERSION_RUNS + TRACE_RUNS + TSP_RUNS
             + tuple(r for r in RESOLUTION_CLOSED_FORM_RUNS + RESOLUTION_IG_RUNS if r not in CLOSED_FORM_RUNS)

@@ -14,7 +14,6 @@ from typing import ClassVar
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
 
 from gradleak_bench.baselines.attacks.closed_form import head_parameter_names, logit_gradients
 from gradleak_bench.baselines.attacks.common import snapshot_iterations
@@ -112,7 +111,8 @@ class TwoStagePipeline:
         net = VictimNet(victim)
         mods = modalities(victim)
         slices = net.feature_slices()
-        flat_keys = [k for k, s in slices.items() if isinstance(net.extractor.extractors[k], nn.Flatten)]
+        # the vector state (and SB3's flattened depth) reaches the linear layers without a convolution: stage 1's
+        linear_keys = net.linear_keys()
         length = episode.gradients.length
         gen = torch.Generator().manual_seed(self.seed)
         failed = torch.zeros(length, dtype=torch.bool)
@@ -129,9 +129,9 @@ class TwoStagePipeline:
         if self.stages == "two":
             # Stage 1: the input of the linear layers (vector state, flattened depth, CNN features), matched on
             # the linear layers' gradients; the CNN features are free non-negative variables (ReLU outputs).
-            head = GradientMatcher(net, episode.gradients.tensors, net.head_names())
+            head = GradientMatcher(net, episode.gradients.tensors, net.stage1_names())
             width = sum(s.stop - s.start for s in slices.values())
-            v1 = {k: init_unit((length, *mods[k].shape), gen) for k in flat_keys}
+            v1 = {k: init_unit((length, *mods[k].shape), gen) for k in linear_keys}
             v1["features"] = 0.1 * torch.rand((length, width), generator=gen)
             v1.update(self._scalar_vars(victim, length))
             boxes1 = dict(boxes, features=(0.0, math.inf))
@@ -139,28 +139,36 @@ class TwoStagePipeline:
             def features_of(v: Mapping[str, torch.Tensor]) -> torch.Tensor:
                 parts = []
                 for k, s in slices.items():
-                    if k in flat_keys:
-                        parts.append(mods[k].to_policy(v[k]).reshape(length, -1))
+                    if k in linear_keys:  # through its own linear layers, or SB3's flattening
+                        parts.append(net.extractor.extractors[k](mods[k].to_policy(v[k])).reshape(length, -1))
                     else:
                         parts.append(v["features"][:, s])
                 return torch.cat(parts, dim=1)
 
             def loss1(v: dict[str, torch.Tensor]) -> torch.Tensor:
                 objective = self._objective(net, episode, victim, actions, v)
-                return head.cosine_loss(lambda: objective(features_of(v))) + tv_of(v, flat_keys)
+                return head.cosine_loss(lambda: objective(features_of(v))) + tv_of(v, linear_keys)
 
             if self.linear_solver == "closed_form":
                 z, bad = linear_input(net, episode)
-                for k in flat_keys:
-                    v1[k] = mods[k].from_policy(z[:, slices[k]].reshape(length, *mods[k].shape)).clamp(0.0, 1.0)
-                rest = [s for k, s in slices.items() if k not in flat_keys]
+                for k in linear_keys:
+                    own = net.first_linear(k)
+                    if own is not None:  # the key's own first linear layer's input, solved the same way
+                        x, off = linear_input(net, episode, own)
+                        if off.any():
+                            x[off] = silent_layer_input(net, own, int(off.sum()))
+                            bad |= ~torch.isfinite(x).all(1)
+                    else:
+                        x = z[:, slices[k]]
+                    v1[k] = mods[k].from_policy(x.reshape(length, *mods[k].shape)).clamp(0.0, 1.0)
+                rest = [s for k, s in slices.items() if k not in linear_keys]
                 for s in rest:
                     v1["features"][:, s] = z[:, s].clamp_min(0.0)
             else:
                 _, bad = adam_inversion(v1, boxes1, loss1, self.stage1, self.lr, signed=False)
             failed |= bad
-            fixed = {k: v1[k].detach() for k in flat_keys}
-            stage2_keys = [k for k in mods if k not in flat_keys]
+            fixed = {k: v1[k].detach() for k in linear_keys}
+            stage2_keys = [k for k in mods if k not in linear_keys]
         else:
             stage2_keys = list(mods)
 
@@ -211,10 +219,34 @@ class TwoStagePipeline:
         return (norm_true / norm2.detach().double().sqrt()).float()
 
 
-def linear_input(net: VictimNet, episode: ObservedEpisode) -> tuple[torch.Tensor, torch.Tensor]:
-    """Input of the first linear layer after the features: z = sum_i gb_i gW_i / sum_i gb_i^2 (T, in)."""
-    first = net.head_names()[0]
-    weight, bias = first, first.replace(".weight", ".bias")
+def silent_layer_input(net: VictimNet, layer: tuple[str, str], frames: int) -> torch.Tensor:
+    """The input of a linear + ReLU layer on frames where none of its units fired, so its gradient is zero and
+    says only that ``W x + b <= 0`` (no attack can learn more from it): the smallest such ``x``, the point of
+    that polytope nearest the origin (the zero vector when ``b <= 0``: at SB3's zero-bias initialisation, the
+    zero box, the target out of view). NaN rows where no input keeps every unit off. (frames, in)."""
+    params = dict(net.policy.named_parameters())
+    weight = params[layer[0]].detach().double().numpy()
+    bias = params[layer[1]].detach().double().numpy()
+    if np.all(bias <= 0.0):
+        x = np.zeros(weight.shape[1])
+    else:
+        from scipy.optimize import minimize
+
+        res = minimize(lambda v: float(v @ v), np.zeros(weight.shape[1]), jac=lambda v: 2 * v, method="SLSQP",
+                       constraints=[{"type": "ineq", "fun": lambda v: -(weight @ v + bias), "jac": lambda v: -weight}])
+        # no such x (the stream holds a gradient no input gives): the frame fails rather than take a guess
+        x = res.x if res.success and np.all(weight @ res.x + bias <= 1e-6) else np.full(weight.shape[1], np.nan)
+    return torch.from_numpy(np.tile(x, (frames, 1))).float()
+
+
+def linear_input(net: VictimNet, episode: ObservedEpisode, layer: tuple[str, str] | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Input of a linear layer: z = sum_i gb_i gW_i / sum_i gb_i^2 (T, in), exact for one sample's gradient.
+    ``layer``: its (weight, bias) names; by default the first linear layer after the features."""
+    if layer is None:
+        first = net.head_names()[0]
+        layer = first, first.replace(".weight", ".bias")
+    weight, bias = layer
     gw = episode.gradients.tensors[weight].double()
     gb = episode.gradients.tensors[bias].double()
     denom = gb.pow(2).sum(1)

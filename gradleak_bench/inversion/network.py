@@ -42,9 +42,37 @@ class VictimNet:
 
     def head_names(self) -> tuple[str, ...]:
         """Trained parameters after the features (the linear layers QGI/RGI's stage 1 matches)."""
-        prefix = "q_net.features_extractor." if self.dqn else "features_extractor."
+        prefix = self.extractor_prefix()
         return tuple(n for n in self.victim.gradient_shapes if not n.startswith(prefix)
                      and not n.startswith(("pi_features_extractor.", "vf_features_extractor.")))
+
+    def extractor_prefix(self) -> str:
+        return "q_net.features_extractor." if self.dqn else "features_extractor."
+
+    def linear_keys(self) -> list[str]:
+        """Dict keys whose extractor has no convolution (SB3's ``nn.Flatten``, or a vector's linear layers as in
+        the QGI/RGI paper's network): the vector state the two-stage attacks recover in stage 1, through the
+        linear layers, as the paper does."""
+        ext = self.extractor
+        if not hasattr(ext, "extractors"):
+            return []
+        return [key for key, sub in ext.extractors.items()
+                if not any(isinstance(m, nn.modules.conv._ConvNd) for m in sub.modules())]
+
+    def stage1_names(self) -> tuple[str, ...]:
+        """The linear layers' parameters: the head's (:meth:`head_names`) and those of the vector keys' own
+        linear layers (none for SB3's ``nn.Flatten``)."""
+        branches = tuple(f"{self.extractor_prefix()}extractors.{key}." for key in self.linear_keys())
+        own = tuple(n for n in self.victim.gradient_shapes if n.startswith(branches)) if branches else ()
+        return own + self.head_names()
+
+    def first_linear(self, key: str) -> tuple[str, str] | None:
+        """(weight, bias) names of the first linear layer inside ``key``'s extractor, None for ``nn.Flatten``."""
+        for name, module in self.extractor.extractors[key].named_modules():
+            if isinstance(module, nn.Linear):
+                prefix = f"{self.extractor_prefix()}extractors.{key}.{name}."
+                return prefix + "weight", prefix + "bias"
+        return None
 
     def feature_slices(self) -> dict[str, slice]:
         """Where each Dict key's extractor output sits in the features (CombinedExtractor concatenates)."""

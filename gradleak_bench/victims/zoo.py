@@ -204,6 +204,19 @@ _REINFORCE = VictimSpec(
         n_steps=100, learning_rate=5e-4, ent_coef=0.01, gamma=0.99, max_grad_norm=0.5)),
     description="REINFORCE (with entropy term) on an SB3 actor-critic MultiInputPolicy, RGI's victim",
 )
+# issue 37: RGI's victim as the paper builds it, depth through convolutions (its Sec. III), where SB3's
+# MultiInputPolicy flattens depth into the MLP (`reinforce`, which learned with none of seven recipes). Trained
+# with the learned value baseline, the best of those recipes (a training recipe: the stream attacks plain
+# REINFORCE, the paper's loss)
+_REINFORCE_CONVDEPTH = replace(
+    _REINFORCE, name="reinforce_convdepth",
+    policy_kwargs={"net_arch": [64, 64], "features_extractor": "ConvDepthExtractor",
+                   "features_extractor_kwargs": {"box_dim": 64}},
+    train=TrainSpec(total_timesteps=300_000, n_envs=8, seed=1, hyperparams=dict(
+        n_steps=100, baseline="value", normalize_advantage=True, use_rms_prop=False, learning_rate=2.5e-4,
+        gamma=0.95, vf_coef=0.25, ent_coef=0.01, max_grad_norm=5.0)),
+    description="REINFORCE with depth through its own NatureCNN (the RGI paper's network), RGI's victim",
+)
 
 VICTIMS: dict[str, VictimSpec] = {
     spec.key: spec
@@ -220,6 +233,7 @@ VICTIMS: dict[str, VictimSpec] = {
         _at_trace_resolution(_A2C, "A2C, SB3 CnnPolicy (NatureCNN) at 84x84 (TRACE's resolution)"),
         _DQN,
         _REINFORCE,
+        _REINFORCE_CONVDEPTH,
         VictimSpec(
             task="ActivePerception", name="dqn_compact", algo="dqn", policy="MultiInputPolicy",
             policy_kwargs={"net_arch": [32], "features_extractor_kwargs": {"cnn_output_dim": 32}},
@@ -261,6 +275,7 @@ NOT_LEARNED: dict[str, str] = {
                                   "With that baseline, training gamma 0.9 gave 18.3%, and Adam with standardised "
                                   "weights and gamma 0.95 23.3%: seven recipes (about 2.5 CPU-hours), each learning "
                                   "one constant action (benchmarks/victim_recipes.py --probe, docs/tasks.md)",
+    "ActivePerception/reinforce_convdepth": "PLACEHOLDER: training",
     "PointNavContinuous/sac": "20k SAC steps (30 min) left it at 12.5% val success (3/24), a random policy's; "
                               "a longer run did not fit issue 31's CPU budget",
     f"ActivePerception/reinforce_{QGI_IMAGE_SIZE}": "never trained: reinforce did not learn at 64x64 (above), so its "
