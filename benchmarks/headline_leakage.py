@@ -72,7 +72,7 @@ class Run:
 
 def _closed_form() -> list[Run]:
     victims = [("PointNav", v) for v in ("ppo", "a2c", "ppo_compact")]
-    victims += [("ActivePerception", v) for v in ("dqn", "reinforce", "dqn_compact")]
+    victims += [("ActivePerception", v) for v in ("dqn", "reinforce", "dqn_compact", "reinforce_convdepth")]
     return [Run(f"closed_form_{task}_{victim}_{ck}", "closed_form", "closed_form", task, victim, ck,
                 budget="exact (no iterations)")
             for task, victim in victims for ck in ("init", "trained")]
@@ -106,6 +106,13 @@ RUN_LIST: tuple[Run, ...] = (
         budget="quick: 300 + 200 iterations (Adam stage 1); depth in stage 2"),
     Run("rgi_cf_ActivePerception_reinforce_convdepth_init", "images", "rgi", "ActivePerception",
         "reinforce_convdepth", episodes=12, params=("preset=quick", "linear_solver=closed_form"),
+        metrics=QGI_METRICS, budget="quick: closed-form stage 1 + 200 iterations; depth in stage 2"),
+    # ... and on it trained: the first REINFORCE victim that learned its task (issue 40 item 3)
+    Run("rgi_adam_ActivePerception_reinforce_convdepth_trained", "images", "rgi", "ActivePerception",
+        "reinforce_convdepth", "trained", episodes=12, params=("preset=quick",), metrics=QGI_METRICS,
+        budget="quick: 300 + 200 iterations (Adam stage 1); depth in stage 2"),
+    Run("rgi_cf_ActivePerception_reinforce_convdepth_trained", "images", "rgi", "ActivePerception",
+        "reinforce_convdepth", "trained", episodes=12, params=("preset=quick", "linear_solver=closed_form"),
         metrics=QGI_METRICS, budget="quick: closed-form stage 1 + 200 iterations; depth in stage 2"),
     Run("tsp_PointNav_ppo_init", "tsp", "tsp", "PointNav", "ppo", split="test-full",
         metrics=("action", "pose"), budget="default (fit on train layouts)"),

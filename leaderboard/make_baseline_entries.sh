@@ -4,6 +4,7 @@
 #   leaderboard/make_baseline_entries.sh            # evaluate every baseline, submit, verify, render
 #   REUSE_RUNS=1 leaderboard/make_baseline_entries.sh   # keep runs/leaderboard/*/results.json already there
 #   JOIN=913987fb leaderboard/make_baseline_entries.sh  # verify each on that round's shared draw (round --join)
+#   INVERSION=1 VICTIMS=reinforce_convdepth JOIN=913987fb leaderboard/make_baseline_entries.sh  # one victim's entries
 #
 # Every entry is made on the official split (the split identity envs/splits/v0.json records), binds its
 # attack and defense to built-in code by name, and ships the run's per-episode rows; `submit` refuses anything
@@ -30,6 +31,8 @@ BASELINES=(
   "closed_form ActivePerception dqn init none"
   "closed_form ActivePerception dqn trained none"
   "closed_form ActivePerception reinforce init none"
+  "closed_form ActivePerception reinforce_convdepth init none"
+  "closed_form ActivePerception reinforce_convdepth trained none"
   "closed_form PointNav ppo init topk -D keep=0.1"
   "closed_form PointNav ppo init gaussian_noise -D sigma=0.01"
   "closed_form PointNav ppo init dp_sgd -D C=1.0 -D sigma=1.0"
@@ -48,6 +51,8 @@ if [[ "${INVERSION:-0}" == 1 ]]; then
     "qgi ActivePerception dqn init none"
     "qgi ActivePerception dqn trained none"
     "rgi ActivePerception reinforce init none"
+    "rgi ActivePerception reinforce_convdepth init none"
+    "rgi ActivePerception reinforce_convdepth trained none"
     "inverting_gradients PointNav ppo init none -M action -M rgb -M rgb_lpips"
     "idlg PointNav ppo init none -A preset=paper -M action -M rgb -M rgb_lpips"
     "dlg PointNav ppo init none -A preset=paper -M action -M rgb -M rgb_lpips"
@@ -59,6 +64,8 @@ for spec in "${BASELINES[@]}"; do
   if [[ -n "${ONLY:-}" && " ${ONLY} " != *" $(awk '{print $5}' <<< "$spec") "* ]]; then continue; fi
   # ATTACKS="dlg idlg": just the baselines of these attacks (INVERSION=1 ATTACKS="dlg idlg" re-runs issue 40's)
   if [[ -n "${ATTACKS:-}" && " ${ATTACKS} " != *" $(awk '{print $1}' <<< "$spec") "* ]]; then continue; fi
+  # VICTIMS="reinforce_convdepth": just the baselines on these victims (a newly published victim's entries)
+  if [[ -n "${VICTIMS:-}" && " ${VICTIMS} " != *" $(awk '{print $3}' <<< "$spec") "* ]]; then continue; fi
   read -r -a args <<< "$spec"
   attack=${args[0]} task=${args[1]} victim=${args[2]} checkpoint=${args[3]} defense=${args[4]}
   run="$RUNS/${attack}__$task-$victim-$checkpoint-$defense"

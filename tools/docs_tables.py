@@ -647,7 +647,8 @@ SUMMARY = Each("field, metric", (
 # every victim at init and trained, but reinforce's trained checkpoint, which did not learn (not published)
 CLOSED_FORM_RUNS = headline(*(f"closed_form_{task}_{victim}_{ck}"
                               for task, victims in (("PointNav", ("ppo", "a2c", "ppo_compact")),
-                                                    ("ActivePerception", ("dqn", "reinforce", "dqn_compact")))
+                                                    ("ActivePerception", ("dqn", "reinforce", "dqn_compact",
+                                                                          "reinforce_convdepth")))
                               for victim in victims for ck in ("init", "trained")
                               if (victim, ck) != ("reinforce", "trained")))
 INVERSION_RUNS = headline("ig_PointNav_ppo_init", "ig_ActivePerception_dqn_init", "dlg_ActivePerception_dqn_init",
@@ -655,7 +656,9 @@ INVERSION_RUNS = headline("ig_PointNav_ppo_init", "ig_ActivePerception_dqn_init"
                           "qgi_cf_ActivePerception_dqn_init", "rgi_adam_ActivePerception_reinforce_init",
                           "rgi_cf_ActivePerception_reinforce_init",
                           "rgi_adam_ActivePerception_reinforce_convdepth_init",
-                          "rgi_cf_ActivePerception_reinforce_convdepth_init")
+                          "rgi_cf_ActivePerception_reinforce_convdepth_init",
+                          "rgi_adam_ActivePerception_reinforce_convdepth_trained",
+                          "rgi_cf_ActivePerception_reinforce_convdepth_trained")
 TSP_RUNS = headline("tsp_PointNav_ppo_init", "tsp_PointNav_ppo_trained")
 ALL_RUNS = (CLOSED_FORM_RUNS + INVERSION_RUNS + TRACE_RUNS + TSP_RUNS
             + tuple(r for r in RESOLUTION_CLOSED_FORM_RUNS + RESOLUTION_IG_RUNS if r not in CLOSED_FORM_RUNS)

@@ -204,10 +204,11 @@ _REINFORCE = VictimSpec(
         n_steps=100, learning_rate=5e-4, ent_coef=0.01, gamma=0.99, max_grad_norm=0.5)),
     description="REINFORCE (with entropy term) on an SB3 actor-critic MultiInputPolicy, RGI's victim",
 )
-# issue 37: RGI's victim as the paper builds it, depth through convolutions (its Sec. III), where SB3's
-# MultiInputPolicy flattens depth into the MLP (`reinforce`, which learned with none of seven recipes). Trained
-# with the learned value baseline, the best of those recipes (a training recipe: the stream attacks plain
-# REINFORCE, the paper's loss)
+# issue 37: RGI's victim as the paper builds it (its Sec. III): RGB and depth through convolutions, the box through
+# its own linear layer, where SB3's MultiInputPolicy flattens depth and box into the MLP (`reinforce`, which
+# learned with none of seven recipes). Trained with a learned value baseline, Adam, standardised weights, 8
+# episodes per update and a 20-step training horizon: a training recipe, the stream attacks plain REINFORCE at
+# gamma 0.99 (the paper's loss). 36.7% val success at 300k steps (docs/tasks.md)
 _REINFORCE_CONVDEPTH = replace(
     _REINFORCE, name="reinforce_convdepth",
     policy_kwargs={"net_arch": [64, 64], "features_extractor": "ConvDepthExtractor",
@@ -215,7 +216,8 @@ _REINFORCE_CONVDEPTH = replace(
     train=TrainSpec(total_timesteps=300_000, n_envs=8, seed=1, hyperparams=dict(
         n_steps=100, baseline="value", normalize_advantage=True, use_rms_prop=False, learning_rate=2.5e-4,
         gamma=0.95, vf_coef=0.25, ent_coef=0.01, max_grad_norm=5.0)),
-    description="REINFORCE with depth through its own NatureCNN (the RGI paper's network), RGI's victim",
+    description="REINFORCE on the RGI paper's network (RGB and depth through NatureCNNs, the box through a "
+                "linear layer), RGI's victim",
 )
 
 VICTIMS: dict[str, VictimSpec] = {
@@ -274,13 +276,15 @@ NOT_LEARNED: dict[str, str] = {
                                   "overlapping random's by a hair, and 20.8% at 400k (its curve falling to 9-25%). "
                                   "With that baseline, training gamma 0.9 gave 18.3%, and Adam with standardised "
                                   "weights and gamma 0.95 23.3%: seven recipes (about 2.5 CPU-hours), each learning "
-                                  "one constant action (benchmarks/victim_recipes.py --probe, docs/tasks.md)",
-    "ActivePerception/reinforce_convdepth": "PLACEHOLDER: training",
+                                  "one constant action (benchmarks/victim_recipes.py --probe, docs/tasks.md). On the "
+                                  "RGI paper's network, depth and box through their own layers, REINFORCE learned: "
+                                  "ActivePerception/reinforce_convdepth",
     "PointNavContinuous/sac": "20k SAC steps (30 min) left it at 12.5% val success (3/24), a random policy's; "
                               "a longer run did not fit issue 31's CPU budget",
     f"ActivePerception/reinforce_{QGI_IMAGE_SIZE}": "never trained: reinforce did not learn at 64x64 (above), so its "
                                                    "150x150 twin was not trained; an init-only victim for the QGI/RGI "
-                                                   "paper gap",
+                                                   "paper gap (reinforce_convdepth, which learned, has no 150x150 "
+                                                   "twin yet: about 2.5 CPU-h)",
 }
 """Victims with no published ``trained`` checkpoint, with the reason: their recipe did not learn on the project's
 CPU budget (issue 31: a published ``trained`` checkpoint has measurably learned, docs/tasks.md), or they are
