@@ -216,7 +216,8 @@ _BUILTIN = (
                  Action("stay", "stay")),
         obs_fields=("rgb", "depth", "bbox"),
         info_fields=(),
-        victims=("dqn", "reinforce", "dqn_compact", "dqn_150", "reinforce_150", "reinforce_convdepth"),
+        victims=("dqn", "reinforce", "dqn_compact", "dqn_150", "reinforce_150", "reinforce_convdepth",
+                 "reinforce_convdepth_150"),
     ),
     TaskSpec(
         name="PointNavContinuous",

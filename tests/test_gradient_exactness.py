@@ -276,7 +276,8 @@ def test_84px_zoo_victim_loads_sees_84x84_and_its_gradient_equals_sb3(victim_nam
                  f"{victim_name}/{path}")
 
 
-@pytest.mark.parametrize("victim_name, base", [("dqn_150", "dqn"), ("reinforce_150", "reinforce")])
+@pytest.mark.parametrize("victim_name, base", [("dqn_150", "dqn"), ("reinforce_150", "reinforce"),
+                                              ("reinforce_convdepth_150", "reinforce_convdepth")])
 def test_150px_victims_see_150x150_and_stream_gradients_of_their_shapes(victim_name: str, base: str) -> None:
     """The QGI/RGI-resolution victims: their specs are ``dqn`` / ``reinforce`` at 150x150 (nothing else
     changed but ``dqn_150``'s training budget and learning rate, issue 37), ``init`` is rebuilt from the seed
@@ -319,7 +320,10 @@ def test_150px_victims_see_150x150_and_stream_gradients_of_their_shapes(victim_n
         assert stream.tensors[name].shape == (1, *p.shape), name
         assert torch.isfinite(stream.tensors[name]).all(), name
     widths = {p.shape[1] for n, p in trained.items() if p.ndim == 2}
-    assert {64 * 15 * 15, 150 * 150 + 256 + 4} <= widths  # NatureCNN's features; depth + features + box
+    if base == "reinforce_convdepth":  # NatureCNN's features (RGB and depth); RGB + depth + box features
+        assert {64 * 15 * 15, 256 + 256 + 64} <= widths and 150 * 150 + 256 + 4 not in widths
+    else:  # NatureCNN's features; the flattened depth + RGB features + box
+        assert {64 * 15 * 15, 150 * 150 + 256 + 4} <= widths
 
 
 def test_convdepth_reinforce_passes_depth_through_a_cnn_and_its_gradient_equals_sb3() -> None:

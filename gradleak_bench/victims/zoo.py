@@ -253,6 +253,9 @@ VICTIMS: dict[str, VictimSpec] = {
                                                                    "paper's resolution"), 60_000), 1e-4),
         _at_paper_resolution(_REINFORCE, "REINFORCE at 150x150, at init only: RGI's victim at the QGI/RGI "
                                          "paper's resolution"),
+        # issue 37: RGI's victim on the paper's network at the paper's resolution, with the 64x64 recipe
+        _at_paper_resolution(_REINFORCE_CONVDEPTH, "REINFORCE on the RGI paper's network at 150x150: RGI's victim "
+                                                   "at the paper's resolution"),
         *_continuous_victims(),
     )
 }
@@ -281,10 +284,15 @@ NOT_LEARNED: dict[str, str] = {
                                   "ActivePerception/reinforce_convdepth",
     "PointNavContinuous/sac": "20k SAC steps (30 min) left it at 12.5% val success (3/24), a random policy's; "
                               "a longer run did not fit issue 31's CPU budget",
+    f"ActivePerception/reinforce_convdepth_{QGI_IMAGE_SIZE}": "not trained yet: reinforce_convdepth's 64x64 recipe took "
+                                                             "0.54 CPU-h for 300k steps; at 150x150 (five times the "
+                                                             "pixels) about 2.5 CPU-h, resumable across sessions "
+                                                             "(gradleak-bench train-victim ActivePerception --victim "
+                                                             "reinforce_convdepth_150)",
     f"ActivePerception/reinforce_{QGI_IMAGE_SIZE}": "never trained: reinforce did not learn at 64x64 (above), so its "
                                                    "150x150 twin was not trained; an init-only victim for the QGI/RGI "
-                                                   "paper gap (reinforce_convdepth, which learned, has no 150x150 "
-                                                   "twin yet: about 2.5 CPU-h)",
+                                                   "paper gap (reinforce_convdepth, which learned, has the 150x150 "
+                                                   "twin reinforce_convdepth_150)",
 }
 """Victims with no published ``trained`` checkpoint, with the reason: their recipe did not learn on the project's
 CPU budget (issue 31: a published ``trained`` checkpoint has measurably learned, docs/tasks.md), or they are
