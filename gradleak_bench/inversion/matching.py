@@ -17,7 +17,8 @@ class GradientMatcher:
     Args:
         net: the victim's network.
         target: released gradients ``{name: (B, *shape)}`` (rows aligned with the candidate batch).
-        names: the parameters to match (default: all released ones; QGI/RGI stage 1 uses the linear layers', VictimNet.stage1_names).
+        names: the parameters to match (default: all released ones; QGI/RGI stage 1 uses the linear layers',
+            :meth:`VictimNet.stage1_names`).
     """
 
     def __init__(self, net: VictimNet, target: Mapping[str, torch.Tensor], names: tuple[str, ...] | None = None):

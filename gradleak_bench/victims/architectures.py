@@ -91,4 +91,5 @@ class VectorMLP(nn.Sequential):
         self.features_dim = features_dim
 
 
-EXTRACTORS: dict[str, type[BaseFeaturesExtractor]] = {"CompactCNN": CompactCNN, "ConvDepthExtractor": ConvDepthExtractor}
+EXTRACTORS: dict[str, type[BaseFeaturesExtractor]] = {
+    "CompactCNN": CompactCNN, "ConvDepthExtractor": ConvDepthExtractor}
