@@ -52,7 +52,9 @@ def main() -> int:
     from gradleak_bench.victims.zoo import get_victim
 
     torch.set_num_threads(1)
-    make = lambda layouts: BoxOnly(gym.make("gradleak/ActivePerception-v0", layouts=layouts, image_size=32))  # noqa: E731
+    def make(layouts: str) -> gym.Env:
+        return BoxOnly(gym.make("gradleak/ActivePerception-v0", layouts=layouts, image_size=32))
+
     spec = get_victim("ActivePerception", "reinforce_convdepth")
     hyperparams = {**spec.train.hyperparams, "learning_rate": args.lr}
     model = Reinforce("MlpPolicy", make_vec_env(lambda: make("train"), n_envs=spec.train.n_envs, seed=spec.train.seed),
@@ -79,7 +81,7 @@ def main() -> int:
         curve.append((int(model.num_timesteps), success()))
         print(f"{curve[-1][0]:>7,} steps: {curve[-1][1]:.0%} success on {EVAL_EPISODES} val episodes", flush=True)
     rows = json.loads(RESULTS.read_text()) if RESULTS.is_file() else []
-    rows.append({"learning_rate": args.lr, "recipe": {k: v for k, v in hyperparams.items()}, "n_envs": spec.train.n_envs,
+    rows.append({"learning_rate": args.lr, "recipe": dict(hyperparams), "n_envs": spec.train.n_envs,
                  "eval_episodes": EVAL_EPISODES, "curve": curve, "wall_seconds": round(time.perf_counter() - start),
                  "cpu_seconds": round(time.process_time() - cpu), "threads": 1, "load_average": list(os.getloadavg())})
     RESULTS.write_text(json.dumps(rows, indent=1) + "\n")

@@ -284,11 +284,10 @@ NOT_LEARNED: dict[str, str] = {
                                   "ActivePerception/reinforce_convdepth",
     "PointNavContinuous/sac": "20k SAC steps (30 min) left it at 12.5% val success (3/24), a random policy's; "
                               "a longer run did not fit issue 31's CPU budget",
-    f"ActivePerception/reinforce_convdepth_{QGI_IMAGE_SIZE}": "not trained yet: reinforce_convdepth's 64x64 recipe took "
-                                                             "0.54 CPU-h for 300k steps; at 150x150 (five times the "
-                                                             "pixels) about 2.5 CPU-h, resumable across sessions "
-                                                             "(gradleak-bench train-victim ActivePerception --victim "
-                                                             "reinforce_convdepth_150)",
+    f"ActivePerception/reinforce_convdepth_{QGI_IMAGE_SIZE}": (
+        "not trained yet: reinforce_convdepth's 64x64 recipe took 0.54 CPU-h for 300k steps; at 150x150 (five "
+        "times the pixels) about 2.5 CPU-h, resumable across sessions (gradleak-bench train-victim "
+        "ActivePerception --victim reinforce_convdepth_150)"),
     f"ActivePerception/reinforce_{QGI_IMAGE_SIZE}": "never trained: reinforce did not learn at 64x64 (above), so its "
                                                    "150x150 twin was not trained; an init-only victim for the QGI/RGI "
                                                    "paper gap (reinforce_convdepth, which learned, has the 150x150 "
