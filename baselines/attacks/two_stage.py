@@ -111,7 +111,8 @@ class TwoStagePipeline:
         net = VictimNet(victim)
         mods = modalities(victim)
         slices = net.feature_slices()
-        # the vector state (and SB3's flattened depth) reaches the linear layers without a convolution: stage 1's
+        # the vector state (and SB3's flattened depth) reaches the linear layers without a convolution: stage 1
+        # recovers these keys; stage 2 the images behind the CNNs
         linear_keys = net.linear_keys()
         length = episode.gradients.length
         gen = torch.Generator().manual_seed(self.seed)
