@@ -22,7 +22,9 @@ Either way these are development numbers: the attacks run in this process, unsea
 Stage 1 and the depth: in SB3's MultiInputPolicy the depth image enters the first linear layer verbatim, and in
 the two-stage pipeline it is a stage-1 variable, fixed afterwards. The attack does not expose stage 1's
 residual, so "stage 1 solved the first layer" is read off the depth it returns: depth PSNR >= 60 dB (RMS error
-<= 1 cm on the 10 m range; the budget-curve table's rule), beside the relative L2 error of the depth.
+<= 1 cm on the 10 m range; the budget-curve table's rule), beside the relative L2 error of the depth. On the
+paper's own network (the ``*_convdepth`` arms, ``reinforce_convdepth_150``) depth passes a CNN and is recovered in
+stage 2, so there "solved" is not read (null) and the file's configuration says ``stage1_reads_depth: false``.
 
 Resumable: each arm's file ``docs/data/qgi150/ARM.json`` gets each unit of frames as it finishes, with its
 wall and CPU time and the load; a rerun skips frames already there (same configuration). The reconstructions
@@ -92,6 +94,13 @@ ARMS = {
 # Its frames come from dqn_150's official `trained` test split. RGI has no trained victim (reinforce did not learn).
 ARMS.update({f"qgi_{preset}_cf_150_trained": Arm("qgi", "dqn_150", preset, "closed_form", checkpoint="trained")
              for preset in ("paper", "quick")})
+# RGI on the paper's network at the paper's resolution (reinforce_convdepth_150: RGB and depth through NatureCNNs,
+# the box through its own linear layer; issues 37 and 40), at init and trained: the "architecture" cause. Stage 1
+# recovers the box and the image features there, so depth is a stage-2 variable, as in the paper.
+ARMS.update({f"rgi_{preset}_{solver}_150_convdepth{suffix}": Arm(
+    "rgi", "reinforce_convdepth_150", preset, "adam" if solver == "adam" else "closed_form", checkpoint=checkpoint)
+    for preset in ("paper", "quick") for solver in ("adam", "cf")
+    for suffix, checkpoint in (("", "init"), ("_trained", "trained"))})
 
 
 def machine() -> dict:
@@ -104,6 +113,7 @@ class Frames:
 
     def __init__(self, victim: str, checkpoint: str = "init"):
         from gradleak_bench import dataset as datasets
+        from gradleak_bench.inversion.network import VictimNet
         from gradleak_bench.priors import references_for
         from gradleak_bench.run.evaluation import select_episodes
         from gradleak_bench.victims.checkpoint import victim_info
@@ -114,6 +124,9 @@ class Frames:
         loaded = load_victim(TASK, victim, checkpoint)
         self.gradients = EpisodeGradients(loaded.policy, loaded.spec.loss, env_spaces(TASK, loaded.spec.image_size)[0])
         self.info = victim_info(loaded, self.gradients)
+        # SB3's MultiInputPolicy flattens depth into the first linear layer (a stage-1 variable); the paper's
+        # network passes it through a CNN, and then the returned depth says nothing about stage 1
+        self.stage1_reads_depth = "depth" in VictimNet(self.info).linear_keys()
         self.dataset = datasets.load_or_generate(datasets.standard_config(TASK, victim, checkpoint, SPLIT),
                                                  progress=False)
         self.ids = select_episodes(self.dataset, None)
@@ -206,7 +219,9 @@ def run_unit(name: str, arm: Arm, frames: Frames, ks: list[int], metrics: list, 
         row = {"frame": frame, "k": k, "episode_id": episode.episode_id, "t": int(t),
                "pose": np.asarray(truth.steps["pose"])[0].tolist(), "values": values,
                "stage1": {"depth_psnr": depth_psnr, "depth_rel_error": depth_rel_error(fields, truth),
-                          "solved": bool(depth_psnr is not None and depth_psnr >= SOLVED_DB)},
+                          # None: depth is not a stage-1 variable (it passes a CNN), so it cannot tell
+                          "solved": bool(depth_psnr is not None and depth_psnr >= SOLVED_DB)
+                          if frames.stage1_reads_depth else None},
                "priors": {ref.name: score_fields(metrics, {f: np.asarray(v)[t:t + 1] for f, v in
                                                            ref.reconstruct(episode.length).items()}, truth)
                           for ref in frames.priors},
@@ -314,6 +329,8 @@ def run(name: str, n_frames: int, unit: int, arm: Arm | None = None, data: Path 
               # the frames of a unit share one seeded draw of initial images: the unit is part of the result
               "unit": unit,
               "frames_rule": "frame k = step k % T of the k-th episode of select_episodes(split)"}
+    if not frames.stage1_reads_depth:  # only then, so the SB3-network arms' files keep their configuration
+        config["stage1_reads_depth"] = False
     record = json.loads(target.read_text()) if target.is_file() else {}
     if record and record.get("config") != config:
         raise SystemExit(f"{target} was made with another configuration; move it away to start over")

@@ -40,3 +40,22 @@ def test_paper_gap_arm_is_resumable_with_controls_and_stage_one_split(tmp_path, 
     other = gap.Arm("qgi", "dqn_compact", "paper", "adam", overrides=arm.overrides)
     with pytest.raises(SystemExit, match="another configuration"):
         gap.run("tiny", 3, 1, other, tmp_path)
+
+
+@pytest.mark.slow  # about 15 CPU-seconds
+def test_on_the_papers_network_stage_one_is_not_read_off_the_depth(tmp_path, monkeypatch):
+    """reinforce_convdepth passes depth through a CNN (stage 2): its returned depth says nothing of stage 1, so
+    "solved" is null, the configuration says so, and the SB3-network arms keep their configuration."""
+    monkeypatch.setattr(gap, "RUNS", tmp_path / "runs")
+    tiny = (("stage1", 1), ("stage2", 2))
+    gap.run("paper_net", 2, 2, gap.Arm("rgi", "reinforce_convdepth", "quick", "closed_form", overrides=tiny),
+            tmp_path)
+    record = json.loads((tmp_path / "paper_net.json").read_text())
+    assert record["config"]["stage1_reads_depth"] is False
+    assert [f["stage1"]["solved"] for f in record["frames"]] == [None, None]
+    assert record["by_stage1"]["solved"]["n"] == record["by_stage1"]["unsolved"]["n"] == 0
+    assert record["metrics"]["depth_psnr"]["n"] == 2  # depth is still scored, as a stage-2 field
+
+    gap.run("sb3_net", 1, 1, gap.Arm("rgi", "reinforce", "quick", "closed_form", overrides=tiny), tmp_path)
+    record = json.loads((tmp_path / "sb3_net.json").read_text())
+    assert "stage1_reads_depth" not in record["config"] and record["frames"][0]["stage1"]["solved"] is True

@@ -253,12 +253,15 @@ BUDGET_FRAMES_TABLE = Table(
 
 # the paper gap at 150x150 by cause (benchmarks/qgi_paper_gap.py): one file per arm, written as it runs
 def _gap_arm_names(attack: str) -> tuple[str, ...]:
-    """An attack's arms at init, then (QGI only: RGI has no trained victim) its closed-form arms on the trained
-    ``dqn_150`` (issue 40)."""
+    """An attack's arms at init, then its arms on trained victims (issue 40): QGI's closed-form arms on the
+    trained ``dqn_150``; RGI's on the paper's own network, ``reinforce_convdepth_150``, at init and trained
+    (``reinforce_150``, SB3's network, never learned)."""
     settings = (("paper", 150), ("quick", 150), ("quick", 64))
     at_init = tuple(f"{attack}_{preset}_{solver}_{size}" for preset, size in settings for solver in ("adam", "cf"))
-    trained = tuple(f"qgi_{preset}_cf_150_trained" for preset in ("paper", "quick")) if attack == "qgi" else ()
-    return at_init + trained
+    if attack == "qgi":
+        return at_init + tuple(f"qgi_{preset}_cf_150_trained" for preset in ("paper", "quick"))
+    return at_init + tuple(f"rgi_{preset}_{solver}_150_convdepth{suffix}" for suffix in ("", "_trained")
+                           for preset in ("paper", "quick") for solver in ("adam", "cf"))
 
 
 GAP_ARMS = tuple(f"docs/data/qgi150/{name}.json" for attack in ("qgi", "rgi") for name in _gap_arm_names(attack))
@@ -367,7 +370,8 @@ GAP_ARMS_TABLE = Table(
                                     "{set.stage1:,} + {set.stage2:,}")),
              Col("frames", "{run.frames|len}"),
              Col("stage 1 solved (depth >= {solved_db:.0f} dB)",
-                 "{s.solved.n} of {run.frames|len}"),
+                 When("run.config.stage1_reads_depth?|given", "not read: depth passes a CNN",
+                      "{s.solved.n} of {run.frames|len}")),
              Col("RGB PSNR-Y, all frames", "{m.mean:.1f}"),
              Col("RGB PSNR-Y: solved / unsolved", _split("rgb_psnr_y", ".1f")),
              Col("RGB SSIM-Y: solved / unsolved", _split("rgb_ssim_y", ".2f")),
