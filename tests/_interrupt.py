@@ -12,13 +12,20 @@ import time
 from collections.abc import Callable
 
 
+def _as_a_terminal_job() -> None:
+    """A terminal's foreground job gets Ctrl-C. A shell starts background jobs (``cmd &``, CI wrappers, nohup)
+    with SIGINT ignored, and an ignored signal stays ignored across exec: without this, a test run launched that
+    way hands the CLI a SIGINT it never receives, and the command runs to its end."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt(args: list[str], ready: Callable[[str, str], bool], timeout: float = 300) -> tuple[int, str, str, int]:
     """Run ``python -m gradleak_bench.cli ARGS``; once ``ready(stdout, stderr)`` is true (or ``timeout`` passes),
     send SIGINT to its process group. Returns (exit code, stdout, stderr, the group id, for checking that nothing
     of it is left)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([sys.executable, "-m", "gradleak_bench.cli", *args], stdout=out, stderr=err,
-                                text=True, start_new_session=True)
+                                text=True, start_new_session=True, preexec_fn=_as_a_terminal_job)
         try:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
