@@ -263,7 +263,10 @@ VICTIMS: dict[str, VictimSpec] = {
 
 NOT_LEARNED: dict[str, str] = {
     "PointNav/a2c_84": "300k A2C steps left it at 8.3% val success (2/24) against 12.5% for a random policy; "
-                       "a retraining (about 86 min) did not fit issue 31's CPU budget",
+                       "issue 37's run toward TRACE's 2.56M steps (the same recipe) held 34-38% on its 32-episode "
+                       "learning curve from 360k to about 1.11M steps, where its progress was lost with a wiped "
+                       "cache; restarted (about 4.3 CPU-h for the whole budget at ~165 steps/s on one core: "
+                       "gradleak-bench --threads 1 train-victim PointNav --victim a2c_84 --budget 2560000)",
     "ActivePerception/reinforce": "issue 37's recipe (200k steps, four 100-step episodes per update, lr 5e-4; 18 min "
                                   "of wall time beside another training): on the 120 validation episodes 24.2% "
                                   "success [17.4%, 32.6%] (its init: 20.0%) against a random policy's 14.2% [9.0%, "
