@@ -689,7 +689,8 @@ SPLIT_IDENTITY = dict(
 # episodes, and the rule's verdict (gradleak_bench/victims/validation.py)
 VICTIM_VALIDATION = tuple(f"envs/checkpoints/{key}/validation.json" for key in (
     "PointNav/ppo", "PointNav/ppo_compact", "PointNav/a2c", "PointNav/ppo_84", "PointNav/a2c_84",
-    "ActivePerception/dqn", "ActivePerception/reinforce", "ActivePerception/dqn_compact",
+    "ActivePerception/dqn", "ActivePerception/reinforce", "ActivePerception/reinforce_convdepth",
+    "ActivePerception/dqn_compact", "ActivePerception/dqn_150", "ActivePerception/reinforce_convdepth_150",
     "PointNavContinuous/ppo_gaussian", "PointNavContinuous/sac"))
 
 # ------------------------------------------------------------------ defenses (docs/defenses.md)
