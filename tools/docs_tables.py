@@ -306,7 +306,8 @@ GAP_WHY = {
             "follows stage 1 as RGB does",
     "depth": "**stage 1** alone (depth is a stage-1 variable): exact when solved, at the prior when Adam fails. "
              "**architecture**: in the paper depth passes convolutions, in SB3's MultiInputPolicy it enters the "
-             "first linear layer verbatim",
+             "first linear layer verbatim; on the paper's network (`reinforce_convdepth_150`, 12 frames, quick) "
+             "RGI's depth at init is 4.8 dB below the mean frame, not exact",
     "box": "barely measured: the target is in view in 1 of the 24 paper-budget frames (QGI, closed form: IoU 1.0, "
            "every prior 0); elsewhere every empty box scores 1 and a spurious one 0",
     "qgi_q": "**stage 1** alone: the rule's Q and TD target are exact from an exact stage 1 (the paper's ~1%) and "
