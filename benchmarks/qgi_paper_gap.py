@@ -91,7 +91,7 @@ ARMS = {
     if not (preset == "paper" and size == 64)  # 64x64 at the paper budget: docs/data/budget_curves/
 }
 # QGI on the trained 150x150 DQN (issue 40): the closed-form arms, the one stage 1 that solves at 150x150 at init.
-# Its frames come from dqn_150's official `trained` test split. RGI has no trained victim (reinforce did not learn).
+# Its frames come from dqn_150's official `trained` test split. RGI's trained arms are on the paper's network below.
 ARMS.update({f"qgi_{preset}_cf_150_trained": Arm("qgi", "dqn_150", preset, "closed_form", checkpoint="trained")
              for preset in ("paper", "quick")})
 # RGI on the paper's network at the paper's resolution (reinforce_convdepth_150: RGB and depth through NatureCNNs,
@@ -99,6 +99,12 @@ ARMS.update({f"qgi_{preset}_cf_150_trained": Arm("qgi", "dqn_150", preset, "clos
 # recovers the box and the image features there, so depth is a stage-2 variable, as in the paper.
 ARMS.update({f"rgi_{preset}_{solver}_150_convdepth{suffix}": Arm(
     "rgi", "reinforce_convdepth_150", preset, "adam" if solver == "adam" else "closed_form", checkpoint=checkpoint)
+    for preset in ("paper", "quick") for solver in ("adam", "cf")
+    for suffix, checkpoint in (("", "init"), ("_trained", "trained"))})
+# The same network at 64x64 (reinforce_convdepth), the one REINFORCE that learned (issue 37): RGI's trained rows
+# while no 150x150 REINFORCE has learned, and the resolution cause on the paper's network at init.
+ARMS.update({f"rgi_{preset}_{solver}_64_convdepth{suffix}": Arm(
+    "rgi", "reinforce_convdepth", preset, "adam" if solver == "adam" else "closed_form", checkpoint=checkpoint)
     for preset in ("paper", "quick") for solver in ("adam", "cf")
     for suffix, checkpoint in (("", "init"), ("_trained", "trained"))})
 
