@@ -318,7 +318,8 @@ GAP_WHY = {
     "rgi_rgb": "**stage 1, then the scene**: solved at the paper's resolution and budget RGI gives 18.6 dB (13.3-24.3, "
                "8 frames), the paper's 17.1, yet only +1.9 [-0.2, +5.1] over our rooms' mean train frame (CI "
                "spans 0); Adam's stage 1 fails as QGI's. **budget**: +1.1 to +10.5 dB (median +1.7) once solved. "
-               "**resolution**: none at quick",
+               "**resolution**: none at quick. **training**: on the paper's network at 64x64 and the paper "
+               "budget, RGB stays at the prior at init (+1.1 [-0.2, +4.1]) and trained (+0.2 [-1.4, +2.8])",
     "rgi_return": "no gap: read by the rule (eq. 7) in every arm; at init the policy's probabilities hardly depend "
                   "on the state",
 }
