@@ -18,7 +18,7 @@ import numpy as np
 from gymnasium import spaces
 
 from gradleak_bench.envs.backend import View, as_int_layout, backend_class
-from gradleak_bench.errors import InvalidLayoutError, SimulatorUnavailableError
+from gradleak_bench.errors import InvalidLayoutError, SimulatorOutputError, SimulatorUnavailableError
 from gradleak_bench.tasks import TaskSpec, get_task
 
 STEP_PENALTY = 0.01
@@ -81,7 +81,7 @@ class TaskEnv(gym.Env):
                     "the scene loaded (and, for Habitat, that its .navmesh file sits next to the scene file).")
         self._reset_task()
         self._collided = False
-        self._view = self.backend.view(self._target_key())
+        self._view = self._checked_view()
         return self._observation(), self._info()
 
     def step(self, action):
@@ -89,9 +89,26 @@ class TaskEnv(gym.Env):
             raise RuntimeError("call reset() before step().")
         self._collided = False
         self._execute(action)
-        self._view = self.backend.view(self._target_key())
+        self._view = self._checked_view()
         reward, terminated = self._reward()
         return self._observation(), float(reward), bool(terminated), False, self._info()
+
+    def _checked_view(self) -> View:
+        """The backend's view of the current pose, refused when its depth is not finite: a NaN pixel would
+        turn the policy's output into NaN many steps later (a training run stops with a torch error on the
+        action distribution), and a held-out episode would carry it into every score."""
+        view = self.backend.view(self._target_key())
+        depth = np.asarray(view.depth)
+        if not np.isfinite(depth).all():
+            bad = np.argwhere(~np.isfinite(depth))
+            x, y, yaw, pitch = self.backend.pose()
+            raise SimulatorOutputError(
+                f"{self.backend.name} rendered {len(bad)} non-finite depth pixel(s) of {depth.size} (first at row, "
+                f"column {tuple(int(v) for v in bad[0])}) in layout {self._layout_id} at pose x={x!r}, y={y!r}, "
+                f"yaw={yaw!r}, pitch={pitch!r}, image size {self.image_size}. This is a simulator fault, not your "
+                "input: please report it with this message. A training run keeps its last save; running the same "
+                "command again resumes from it.")
+        return view
 
     def render(self):
         if self.render_mode == "rgb_array" and self._view is not None:

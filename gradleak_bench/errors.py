@@ -85,6 +85,11 @@ class SimulatorUnavailableError(GradleakError, RuntimeError):
     missing. The message says what to download or install, and how."""
 
 
+class SimulatorOutputError(GradleakError, RuntimeError):
+    """A simulator that rendered something no observation may hold (a NaN or infinite depth pixel). The
+    message names the layout and the camera pose, so the frame can be rendered again and reported."""
+
+
 class ExecutorError(GradleakError):
     """A distributed run that cannot start or finish: an unreachable Ray cluster, a worker that kept dying."""
 

@@ -13,7 +13,7 @@ import pytest
 import gradleak_bench  # noqa: F401  registers the gym ids
 from gradleak_bench.envs.pybullet.apartment import generate_apartment
 from gradleak_bench.envs.pybullet.household import ActivePerceptionEnv, PointNavEnv
-from gradleak_bench.errors import InvalidLayoutError, UnknownNameError
+from gradleak_bench.errors import InvalidLayoutError, SimulatorOutputError, UnknownNameError
 from gradleak_bench.splits import layouts
 
 TRAIN = layouts("train")
@@ -95,6 +95,35 @@ def test_blocked_move_into_wall_does_not_move(pointnav):
     before = info["pose"].copy()
     _, _, _, _, info = pointnav.step(1)  # turning never collides
     assert not info["collided"] and np.allclose(info["pose"][:2], before[:2])
+
+
+def test_a_non_finite_depth_pixel_is_refused_with_the_layout_and_pose(monkeypatch):
+    """A NaN from the renderer stops the episode at the step that made it, with what reproduces it, instead of
+    reaching the policy (a training run then fails many steps later on its action distribution)."""
+    from gradleak_bench.envs.backend import View
+
+    env = PointNavEnv(layouts=[0])
+    try:
+        env.reset(seed=0)
+        render = env.backend.view
+
+        def with_a_nan(target):
+            view = render(target)
+            depth = view.depth.copy()
+            depth[3, 5] = np.nan
+            return View(view.rgb, depth, view.target_mask)
+
+        monkeypatch.setattr(env.backend, "view", with_a_nan)
+        x, y, yaw, pitch = env.backend.pose()
+        with pytest.raises(SimulatorOutputError) as caught:
+            env.step(1)  # a turn: the pose after it is the one named
+        message = str(caught.value)
+        assert "1 non-finite depth pixel(s)" in message and "(3, 5)" in message and "layout 0" in message
+        assert f"x={x!r}, y={y!r}" in message and "resumes from it" in message
+        with pytest.raises(SimulatorOutputError):
+            env.reset(seed=1)
+    finally:
+        env.close()
 
 
 def test_84_pixels():

@@ -6,9 +6,12 @@ import json
 import os
 import signal
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
+from gradleak_bench.errors import SimulatorOutputError
 from gradleak_bench.victims.training import _make_model, train_resumable, with_budget
 from gradleak_bench.victims.workers import TrainingWorkerDied, WorkerVecEnv, _blocks, default_workers
 from gradleak_bench.victims.zoo import get_victim
@@ -70,6 +73,41 @@ def test_a_worker_that_dies_ends_the_run_with_one_message():
         env.processes[1].join(timeout=10)
         with pytest.raises(TrainingWorkerDied, match=r"worker 1 \(environments 2-3\) ended \(exit code -9\)"):
             env.step(torch.zeros(4, dtype=torch.long).numpy())
+    finally:
+        env.close()
+    assert not any(p.is_alive() for p in env.processes)
+
+
+class _FaultyEnv(gym.Env):
+    """Steps into a simulator fault, as the renderer's NaN depth pixel does (envs/task_env.py)."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (2,), dtype=np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action):
+        raise SimulatorOutputError("the renderer made a NaN depth pixel in layout 7")
+
+
+def test_an_environments_own_error_reaches_the_learner_as_it_is():
+    """A user-facing error raised by an environment inside a worker (a simulator fault, with the layout and pose
+    that reproduce it) is raised by the learner with its message, not as a dead worker's exit code."""
+    import sys
+
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
+    try:
+        env = WorkerVecEnv([_FaultyEnv, _FaultyEnv], workers=2)
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    try:
+        env.reset()
+        with pytest.raises(SimulatorOutputError, match="NaN depth pixel in layout 7"):
+            env.step(np.zeros(2, dtype=np.int64))
     finally:
         env.close()
     assert not any(p.is_alive() for p in env.processes)

@@ -13,7 +13,8 @@ to the last bit of the trained weights: tests/test_training_workers.py).
 
 Workers run torch on one thread (they only simulate and render), ignore Ctrl-C (the learner decides what to save
 and closes them), and a worker that dies mid-rollout raises :class:`TrainingWorkerDied` in the learner instead of
-hanging it.
+hanging it. An environment's own user-facing error (a :class:`~gradleak_bench.errors.GradleakError`, such as a
+simulator fault naming the layout and pose) is sent back and raised in the learner as it is.
 """
 from __future__ import annotations
 
@@ -68,7 +69,6 @@ def default_workers(n_envs: int) -> int:
 
 
 def _worker(remote: Any, parent_remote: Any, env_fns: CloudpickleWrapper) -> None:
-    from stable_baselines3.common.env_util import is_wrapped
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner handles Ctrl-C and closes the workers
@@ -85,35 +85,54 @@ def _worker(remote: Any, parent_remote: Any, env_fns: CloudpickleWrapper) -> Non
             cmd, data = remote.recv()
         except EOFError:  # the learner is gone
             break
-        if cmd == "step":
-            envs.step_async(data)
-            remote.send(envs.step_wait())
-        elif cmd == "reset":
-            envs._seeds, envs._options = list(data[0]), list(data[1])
-            remote.send(envs.reset())
-        elif cmd == "cpu":  # this worker's CPU seconds so far (the learner reports training's CPU-hours)
-            remote.send(time.process_time())
-        elif cmd == "spaces":
-            remote.send((envs.observation_space, envs.action_space, envs.metadata, envs.render_mode))
-        elif cmd == "call":  # (kind, local indices, args)
-            kind, indices, args = data
-            if kind == "env_method":
-                name, m_args, m_kwargs = args
-                remote.send(envs.env_method(name, *m_args, indices=indices, **m_kwargs))
-            elif kind == "get_attr":
-                remote.send(envs.get_attr(args, indices=indices))
-            elif kind == "set_attr":
-                remote.send(envs.set_attr(args[0], args[1], indices=indices))
-            elif kind == "is_wrapped":
-                remote.send([is_wrapped(envs.envs[i], args) for i in indices])
-            elif kind == "render":
-                remote.send([envs.envs[i].render() for i in indices])
-            else:  # pragma: no cover - the learner only sends the kinds above
-                remote.send(NotImplementedError(kind))
-        elif cmd == "close":
-            envs.close()
-            remote.close()
-            break
+        try:
+            if not _serve(envs, remote, cmd, data):
+                break
+        except GradleakError as error:  # a message for the user (a simulator fault, say): the learner raises it
+            remote.send(_Raised(error))
+
+
+class _Raised:
+    """A worker's user-facing error, sent to the learner in place of an answer."""
+
+    def __init__(self, error: GradleakError):
+        self.error = error
+
+
+def _serve(envs: Any, remote: Any, cmd: str, data: Any) -> bool:
+    """Answer one learner command; False once the worker is to end."""
+    from stable_baselines3.common.env_util import is_wrapped
+
+    if cmd == "step":
+        envs.step_async(data)
+        remote.send(envs.step_wait())
+    elif cmd == "reset":
+        envs._seeds, envs._options = list(data[0]), list(data[1])
+        remote.send(envs.reset())
+    elif cmd == "cpu":  # this worker's CPU seconds so far (the learner reports training's CPU-hours)
+        remote.send(time.process_time())
+    elif cmd == "spaces":
+        remote.send((envs.observation_space, envs.action_space, envs.metadata, envs.render_mode))
+    elif cmd == "call":  # (kind, local indices, args)
+        kind, indices, args = data
+        if kind == "env_method":
+            name, m_args, m_kwargs = args
+            remote.send(envs.env_method(name, *m_args, indices=indices, **m_kwargs))
+        elif kind == "get_attr":
+            remote.send(envs.get_attr(args, indices=indices))
+        elif kind == "set_attr":
+            remote.send(envs.set_attr(args[0], args[1], indices=indices))
+        elif kind == "is_wrapped":
+            remote.send([is_wrapped(envs.envs[i], args) for i in indices])
+        elif kind == "render":
+            remote.send([envs.envs[i].render() for i in indices])
+        else:  # pragma: no cover - the learner only sends the kinds above
+            remote.send(NotImplementedError(kind))
+    elif cmd == "close":
+        envs.close()
+        remote.close()
+        return False
+    return True
 
 
 def _blocks(n_envs: int, workers: int) -> list[range]:
@@ -185,7 +204,6 @@ class WorkerVecEnv(VecEnv):
         try:
             answer = self.remotes[worker].recv()
             self._pending.discard(worker)
-            return answer
         except (EOFError, ConnectionResetError, BrokenPipeError) as exc:
             code = self.processes[worker].exitcode
             self.closed = True  # nothing more can be said to the others in this rollout
@@ -197,6 +215,9 @@ class WorkerVecEnv(VecEnv):
                 f"training worker {worker} (environments {self.blocks[worker].start}-{self.blocks[worker].stop - 1}) "
                 f"ended (exit code {code}) while the learner waited for it: training stopped; the progress saved "
                 "before it is kept, and running the same command again resumes from it.") from exc
+        if isinstance(answer, _Raised):
+            raise answer.error
+        return answer
 
     def _send(self, worker: int, message: tuple[str, Any]) -> None:
         try:
