@@ -28,6 +28,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from stable_baselines3.common.env_util import is_wrapped
 from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper, VecEnv, VecEnvIndices
 
 from gradleak_bench.errors import GradleakError
@@ -101,8 +102,6 @@ class _Raised:
 
 def _serve(envs: Any, remote: Any, cmd: str, data: Any) -> bool:
     """Answer one learner command; False once the worker is to end."""
-    from stable_baselines3.common.env_util import is_wrapped
-
     if cmd == "step":
         envs.step_async(data)
         remote.send(envs.step_wait())

@@ -293,8 +293,9 @@ NOT_LEARNED: dict[str, str] = {
         "[18.1%, 33.4%] (its init: 20.8%) against a random policy's 15.0% [9.7%, 22.5%], return 2.77 [1.90, "
         "3.67] against 1.77 [0.94, 2.66]: the intervals overlap. Its curve on 32 val episodes (12, 6, 7, 7, 9, "
         "9, 10, 9, 9, 6 successes at 0-295k) stayed near the 64x64 run's until 200k and then fell, where that "
-        "run's rose to 34-38%. The 150x150 DQN also needed a lower learning rate than its 64x64 twin; a "
-        "recipe at 150x150 is the next step (curve.json and validation.json beside the spec)"),
+        "run's rose to 34-38%. At the lower learning rate the 150x150 DQN needed (1e-4, a recipe trial of 300k "
+        "steps, 2.0 CPU-h) it did not learn either: its curve never passed its init's 12 of 32 "
+        "(benchmarks/results/victim_recipes.json; curve.json and validation.json beside the spec)"),
     f"ActivePerception/reinforce_{QGI_IMAGE_SIZE}": "never trained: reinforce did not learn at 64x64 (above), so its "
                                                    "150x150 twin was not trained; an init-only victim for the QGI/RGI "
                                                    "paper gap (reinforce_convdepth, which learned, has the 150x150 "
