@@ -709,6 +709,52 @@ def test_reinforce_normalised_returns_are_a_training_recipe_only() -> None:
         loss_spec_of(normalised)
 
 
+def test_reinforce_fan_in_scaled_learning_rate_is_a_step_size_recipe_only(tmp_path) -> None:
+    """``fan_in_lr_reference=N`` (issue 37's 150x150 REINFORCE recipe): a linear layer with more than N inputs
+    steps at lr * N / fan_in. Adam's first step moves every weight with a gradient by about its group's rate,
+    so one update shows each layer's rate; a reference above every fan-in trains bit for bit as without it; the
+    groups survive save and load; the stream's loss is unchanged, so live capture takes the model."""
+    from gradleak_bench.stream.live import loss_spec_of
+
+    lr = 1e-3
+
+    def model(**kwargs) -> Reinforce:
+        env = gym.wrappers.TimeLimit(_RewardingEnv(OBS_SPACES["mlp"]()), max_episode_steps=3)
+        return Reinforce("MlpPolicy", env, n_steps=4, seed=0, ent_coef=0.01, learning_rate=lr, device="cpu",
+                         use_rms_prop=False,  # Adam, as the recipe: its first step is the rate itself
+                         policy_kwargs=dict(net_arch=[16]), **kwargs)
+
+    scaled = model(fan_in_lr_reference=8)  # the 6-input first layers keep lr; the 16-input heads get lr / 2
+    first = scaled.policy.mlp_extractor.policy_net[0].weight
+    before = {"first": first.detach().clone(), "head": scaled.policy.action_net.weight.detach().clone()}
+    scaled.learn(total_timesteps=4)  # one update: 4 steps of finished 3-step episodes
+    assert scaled._n_updates == 1
+    step_first = (first - before["first"]).abs().max().item()
+    step_head = (scaled.policy.action_net.weight - before["head"]).abs().max().item()
+    assert step_first == pytest.approx(lr, rel=0.05)
+    assert step_head == pytest.approx(lr / 2, rel=0.05)
+    assert sorted(g["lr_scale"] for g in scaled.policy.optimizer.param_groups) == [0.5, 1.0]
+    assert loss_spec_of(scaled).algo == "reinforce"
+
+    # built and trained one after the other: construction seeds torch's global generator, which learn() draws
+    # the actions from
+    plain = model()
+    plain.learn(total_timesteps=8)
+    above = model(fan_in_lr_reference=1000)
+    above.learn(total_timesteps=8)
+    for a, b in zip(plain.policy.parameters(), above.policy.parameters()):
+        assert torch.equal(a, b)
+
+    scaled.save(tmp_path / "scaled")
+    loaded = Reinforce.load(tmp_path / "scaled", device="cpu")
+    assert loaded.fan_in_lr_reference == 8
+    assert [g["lr_scale"] for g in loaded.policy.optimizer.param_groups] == \
+        [g["lr_scale"] for g in scaled.policy.optimizer.param_groups]
+    for bad in (0, 1.5, True, "1024"):
+        with pytest.raises(ValueError, match="fan_in_lr_reference"):
+            model(fan_in_lr_reference=bad)
+
+
 def test_zz_report_max_relative_errors() -> None:
     """Prints the worst relative error per case (run with -s); runs last by name."""
     for label, err in sorted(MAX_REL_ERRORS.items()):

@@ -45,25 +45,68 @@ class Reinforce(A2C):
     whatever checkpoint the recipe produced. A2C's ``normalize_advantage=True`` is honoured the same way, as a
     training recipe: the weights (returns, or ``G_t - V(s_t)``) are standardised over the batch.
 
+    ``fan_in_lr_reference=N`` is a training recipe too (issue 37): every linear layer with more than ``N``
+    inputs steps at ``learning_rate * N / fan_in``, the others at ``learning_rate``. Adam moves each weight by
+    about the learning rate per update, so a linear layer's output moves by about that times its fan-in: the
+    NatureCNN's last layer has 1,024 inputs at 64x64 and 14,400 at 150x150, so the same recipe moves the
+    150x150 network's image features 14 times as fast. With ``N = 1024`` the 150x150 network's layers step as
+    the 64x64 one's do, and a 64x64 network is trained exactly as without it. The gradients, so the stream,
+    are unchanged: only the optimiser's step sizes differ (param groups with an ``lr_scale``).
+
     Args:
         *args: As :class:`~stable_baselines3.A2C`.
         gae_lambda: Must be 1 (the default); anything else is not REINFORCE.
         baseline: ``"none"`` (the default: plain REINFORCE) or ``"value"`` (a learned baseline, above).
+        fan_in_lr_reference: ``None`` (the default: one learning rate) or ``N`` (above).
         **kwargs: As :class:`~stable_baselines3.A2C`.
     """
 
     # Read by the stream (``stream.live.loss_spec_of``), which sits below the victims and cannot import this class.
     loss_algo = "reinforce"
 
-    def __init__(self, *args: Any, gae_lambda: float = 1.0, baseline: str = "none", **kwargs: Any):
+    def __init__(self, *args: Any, gae_lambda: float = 1.0, baseline: str = "none",
+                 fan_in_lr_reference: int | None = None, **kwargs: Any):
         if gae_lambda != 1.0:
             raise ValueError(f"Reinforce uses Monte-Carlo returns: gae_lambda must be 1, got {gae_lambda}.")
         if baseline not in ("none", "value"):
             raise ValueError(f"Reinforce's baseline is 'none' or 'value' (a learned state value), got {baseline!r}.")
+        if fan_in_lr_reference is not None and (isinstance(fan_in_lr_reference, bool)
+                                                or not isinstance(fan_in_lr_reference, int)
+                                                or fan_in_lr_reference < 1):
+            raise ValueError(f"fan_in_lr_reference is a number of a linear layer's inputs (a positive integer, "
+                             f"e.g. 1024) or None, got {fan_in_lr_reference!r}.")
         self.baseline = baseline
+        self.fan_in_lr_reference = fan_in_lr_reference
         super().__init__(*args, gae_lambda=1.0, **kwargs)
         self._running: list[list[tuple[Any, ...]]] | None = None  # per env: the steps of its current episode
         self._finished: list[tuple[Any, ...]] = []                 # steps of finished episodes, with G
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        if self.fan_in_lr_reference is not None:
+            self.policy.optimizer = self._fan_in_scaled_optimizer(self.fan_in_lr_reference)
+
+    def _fan_in_scaled_optimizer(self, reference: int) -> th.optim.Optimizer:
+        """The policy's optimiser with one param group per step-size scale (``lr_scale``, read by
+        :meth:`_update_learning_rate`), in the policy's parameter order within each group."""
+        scale_of: dict[int, float] = {}
+        for module in self.policy.modules():
+            if isinstance(module, th.nn.Linear) and module.in_features > reference:
+                for param in module.parameters(recurse=False):
+                    scale_of[id(param)] = reference / module.in_features
+        groups: dict[float, list[th.nn.Parameter]] = {}
+        for param in self.policy.parameters():
+            groups.setdefault(scale_of.get(id(param), 1.0), []).append(param)
+        lr = self.lr_schedule(1)
+        return self.policy.optimizer_class(
+            [{"params": params, "lr": lr * scale, "lr_scale": scale} for scale, params in groups.items()],
+            lr=lr, **self.policy.optimizer_kwargs)
+
+    def _update_learning_rate(self, optimizers: Any) -> None:
+        super()._update_learning_rate(optimizers)  # sets every group to the schedule's rate
+        for optimizer in optimizers if isinstance(optimizers, list) else [optimizers]:
+            for group in optimizer.param_groups:
+                group["lr"] *= group.get("lr_scale", 1.0)
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_running", "_finished"]
