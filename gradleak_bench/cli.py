@@ -78,7 +78,7 @@ def list_() -> None:
     from gradleak_bench.tasks import TASKS
     from gradleak_bench.victims.card import find_checkpoint
     from gradleak_bench.victims import validation
-    from gradleak_bench.victims.zoo import CHECKPOINTS, NOT_LEARNED, VICTIMS
+    from gradleak_bench.victims.zoo import CHECKPOINTS, NOT_LEARNED, VICTIMS, not_learned_summary
 
     import gradleak_bench.baselines  # noqa: F401
 
@@ -105,6 +105,8 @@ def list_() -> None:
         if v.key in NOT_LEARNED:
             marks = [m if not m.startswith("trained") else "trained-" for m in marks]
         lines = [f"checkpoints: {' '.join(marks)}", _budget_line(v)]
+        if v.key in NOT_LEARNED:
+            lines.append(f"no trained checkpoint: {not_learned_summary(v.key)}")
         data = validation.read_validation(v)
         if data:  # val success and mean return with 95% intervals (`gradleak-bench validate-victim`)
             rows = data.get("policies", {})

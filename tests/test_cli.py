@@ -30,6 +30,18 @@ def test_list_shows_every_registry():
         assert name in out, name
 
 
+def test_list_says_why_each_unpublished_trained_checkpoint_is_missing():
+    """Issue 37: every victim is listed as trained and learned, or with the reason it stopped."""
+    from gradleak_bench.victims.zoo import NOT_LEARNED, not_learned_summary
+
+    out = " ".join(cli("list").stdout.split())  # unwrapped
+    for key in NOT_LEARNED:
+        block = out.split(f" {key} ", 1)[1]
+        reason = not_learned_summary(key)
+        assert 0 < len(reason) < 160, key  # the short lead sentence, not the whole account
+        assert f"no trained checkpoint: {reason}" in block.split(" victim validation rule")[0][:600], key
+
+
 @pytest.mark.parametrize("args,needle", [
     (("evaluate", "closed_from"), "Did you mean 'closed_form'"),
     (("evaluate", "closed_form", "--task", "PointNv"), "Did you mean 'PointNav'"),

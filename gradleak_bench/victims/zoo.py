@@ -262,12 +262,16 @@ VICTIMS: dict[str, VictimSpec] = {
 
 
 NOT_LEARNED: dict[str, str] = {
-    "PointNav/a2c_84": "300k A2C steps left it at 8.3% val success (2/24) against 12.5% for a random policy; "
+    "PointNav/a2c_84": "300k steps did not learn; a run toward TRACE's 2.56M steps is under way. "
+                       "300k A2C steps left it at 8.3% val success (2/24) against 12.5% for a random policy; "
                        "issue 37's run toward TRACE's 2.56M steps (the same recipe) held 34-38% on its 32-episode "
                        "learning curve from 360k to about 1.11M steps, where its progress was lost with a wiped "
-                       "cache; restarted (about 4.3 CPU-h for the whole budget at ~165 steps/s on one core: "
+                       "cache; restarted, it held 31-41% from 229k to 459k steps (1.1 CPU-h; about 6 CPU-h for "
+                       "the whole budget on one core; its curve: docs/tasks.md, 'Learning curves'; resume with "
                        "gradleak-bench --threads 1 train-victim PointNav --victim a2c_84 --budget 2560000)",
-    "ActivePerception/reinforce": "issue 37's recipe (200k steps, four 100-step episodes per update, lr 5e-4; 18 min "
+    "ActivePerception/reinforce": "no recipe learned on SB3's network, which flattens depth into its MLP; the "
+                                  "paper's network did (reinforce_convdepth). "
+                                  "Issue 37's recipe (200k steps, four 100-step episodes per update, lr 5e-4; 18 min "
                                   "of wall time beside another training): on the 120 validation episodes 24.2% "
                                   "success [17.4%, 32.6%] (its init: 20.0%) against a random policy's 14.2% [9.0%, "
                                   "21.5%], return 3.03 [2.21, 3.92] against 1.63 [0.82, 2.50]: the intervals overlap; "
@@ -285,9 +289,12 @@ NOT_LEARNED: dict[str, str] = {
                                   "one constant action (benchmarks/victim_recipes.py --probe, docs/tasks.md). On the "
                                   "RGI paper's network, depth and box through their own layers, REINFORCE learned: "
                                   "ActivePerception/reinforce_convdepth",
-    "PointNavContinuous/sac": "20k SAC steps (30 min) left it at 12.5% val success (3/24), a random policy's; "
+    "PointNavContinuous/sac": "20k steps did not learn and TRACE's 500k would take about 12 CPU-hours here; "
+                              "ppo_gaussian is the trained continuous victim. "
+                              "20k SAC steps (30 min) left it at 12.5% val success (3/24), a random policy's; "
                               "a longer run did not fit issue 31's CPU budget",
     f"ActivePerception/reinforce_convdepth_{QGI_IMAGE_SIZE}": (
+        "two recipes did not learn at 150x150 (learning rates 2.5e-4 and 1e-4); issue 37 tries more. "
         "reinforce_convdepth's 64x64 recipe (which learned there: 36.7%) for 300k steps at 150x150 (2.1 CPU-h, "
         "2.2 h of wall time on one thread beside other jobs): on the 120 validation episodes 25.0% success "
         "[18.1%, 33.4%] (its init: 20.8%) against a random policy's 15.0% [9.7%, 22.5%], return 2.77 [1.90, "
@@ -296,13 +303,15 @@ NOT_LEARNED: dict[str, str] = {
         "run's rose to 34-38%. At the lower learning rate the 150x150 DQN needed (1e-4, a recipe trial of 300k "
         "steps, 2.0 CPU-h) it did not learn either: its curve never passed its init's 12 of 32 "
         "(benchmarks/results/victim_recipes.json; curve.json and validation.json beside the spec)"),
-    f"ActivePerception/reinforce_{QGI_IMAGE_SIZE}": "never trained: reinforce did not learn at 64x64 (above), so its "
-                                                   "150x150 twin was not trained; an init-only victim for the QGI/RGI "
-                                                   "paper gap (reinforce_convdepth, which learned, has the 150x150 "
-                                                   "twin reinforce_convdepth_150)",
+    f"ActivePerception/reinforce_{QGI_IMAGE_SIZE}": "reinforce did not learn at 64x64, so its 150x150 twin was "
+                                                   "never trained. "
+                                                   "It is an init-only victim for the QGI/RGI paper gap; "
+                                                   "reinforce_convdepth, which learned, has the 150x150 twin "
+                                                   "reinforce_convdepth_150",
 }
-"""Victims with no published ``trained`` checkpoint, with the reason: their recipe did not learn on the project's
-CPU budget (issue 31: a published ``trained`` checkpoint has measurably learned, docs/tasks.md), or they are
+"""Victims with no published ``trained`` checkpoint, with the reason (its first sentence is the short one
+``gradleak-bench list`` prints; error messages and the victim card give it whole): their recipe did not learn on
+the project's CPU budget (issue 31: a published ``trained`` checkpoint has measurably learned, docs/tasks.md), or they are
 ``init``-only (the ``*_150`` victims, never trained).
 ``trained`` still names the spec's budget: ``gradleak-bench train-victim`` trains it into the cache."""
 
@@ -325,3 +334,8 @@ def check_checkpoint(name: str) -> str:
     if name not in CHECKPOINTS:
         raise UnknownNameError("checkpoint", name, CHECKPOINTS)
     return name
+
+
+def not_learned_summary(key: str) -> str:
+    """The short reason (first sentence of :data:`NOT_LEARNED`) why ``key`` has no published ``trained``."""
+    return NOT_LEARNED[key].split(". ", 1)[0].rstrip(".")
