@@ -13,8 +13,9 @@ run (``curve.json`` beside it in ``envs/checkpoints``). Orange: a run still trai
 
 ``--record`` takes a training run's cache folder (``~/.cache/gradleak_bench/checkpoints/TASK-VICTIM-HASH``:
 ``spec.json``, ``progress.json``, ``curve.json``) and stores its curve, saved steps, CPU time, budget and how its
-recipe differs from the zoo's, replacing that run's earlier snapshot. A snapshot is dropped once a checkpoint of
-the same run (config hash) is committed: the blue panel then shows it.
+recipe differs from the zoo's, replacing that run's earlier snapshot. A snapshot is no longer drawn once its run
+(config hash) ended: its checkpoint is committed (a blue panel then shows it), or it was a recipe trial that
+finished (its curve is in ``benchmarks/results/victim_recipes.json`` and the recipe table of docs/tasks.md).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINTS = ROOT / "envs" / "checkpoints"
 IN_PROGRESS = ROOT / "docs" / "data" / "training_in_progress.json"
+TRIALS = ROOT / "benchmarks" / "results" / "victim_recipes.json"
 OUT = ROOT / "docs" / "img"
 SNAPSHOT_FORMAT = "gradleak-bench-training-in-progress/1"
 
@@ -70,8 +72,8 @@ def committed_runs(root: Path = CHECKPOINTS) -> list[dict[str, Any]]:
     return runs
 
 
-def snapshot_runs(path: Path = IN_PROGRESS, committed_hashes: set[str] | None = None) -> list[dict[str, Any]]:
-    """The runs in progress recorded in ``path``, less those whose checkpoint is committed."""
+def snapshot_runs(path: Path = IN_PROGRESS, ended: set[str] | None = None) -> list[dict[str, Any]]:
+    """The runs in progress recorded in ``path``, less those that ended (:func:`ended_hashes`)."""
     data = _read(path)
     if not data:
         return []
@@ -79,18 +81,21 @@ def snapshot_runs(path: Path = IN_PROGRESS, committed_hashes: set[str] | None = 
         raise SystemExit(f"{path}: not a {SNAPSHOT_FORMAT} file")
     runs = []
     for run in data["runs"]:
-        if committed_hashes and run["config_hash"] in committed_hashes:
+        if ended and run["config_hash"] in ended:
             continue
         runs.append({"victim": run["victim"], "points": run["curve"]["points"], "random": run["curve"]["random"],
                      "episodes": run["curve"]["episodes"], "validation": None, "in_progress": run})
     return runs
 
 
-def committed_hashes(root: Path = CHECKPOINTS) -> set[str]:
-    """Config hashes of every committed trained checkpoint (learned or not)."""
+def ended_hashes(root: Path = CHECKPOINTS, trials: Path = TRIALS) -> set[str]:
+    """Config hashes of the runs that ended: every committed trained checkpoint (learned or not) and every
+    finished recipe trial (``benchmarks/results/victim_recipes.json`` holds its curve and closing check)."""
     found = set()
     for meta in list(root.glob("*/*/trained.json")) + list(root.glob("*/*/not_learned/trained.json")):
         found.add(json.loads(meta.read_text())["config_hash"])
+    for trial in _read(trials) or []:
+        found.add(trial["config_hash"])
     return found
 
 
@@ -213,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
         run = record(folder)
         print(f"recorded {run['victim']} ({run['config_hash']}): {run['timesteps']:,} of {run['budget']:,} steps")
     runs = committed_runs()
-    runs += snapshot_runs(committed_hashes=committed_hashes())
+    runs += snapshot_runs(ended=ended_hashes())
     if not runs:
         raise SystemExit("no learning curve under envs/checkpoints and no run in progress: publish a trained "
                          "victim first (docs/tasks.md)")

@@ -87,7 +87,16 @@ def test_a_run_in_progress_is_recorded_with_its_recipe_and_replaced_not_duplicat
     assert (run["budget"], run["timesteps"], run["cpu_hours"]) == (1_000_000, 70_000, 2.0)
     (drawn,) = curves.snapshot_runs(snapshot)
     assert drawn["in_progress"]["config_hash"] == "0123456789abcdef"
-    assert curves.snapshot_runs(snapshot, committed_hashes={"0123456789abcdef"}) == []
+    assert curves.snapshot_runs(snapshot, ended={"0123456789abcdef"}) == []
+
+
+def test_a_run_ends_with_its_committed_checkpoint_or_its_finished_trial(curves, tmp_path):
+    folder = _checkpoint_folder(tmp_path / "ck", _curve([(0, 3)]), 50_000, 12345, "aaaa")
+    (folder / "not_learned").mkdir()
+    (folder / "not_learned" / "trained.json").write_text(json.dumps({"config_hash": "cccc"}))
+    trials = tmp_path / "victim_recipes.json"
+    trials.write_text(json.dumps([{"config_hash": "dddd"}]))
+    assert curves.ended_hashes(tmp_path / "ck", trials) == {"aaaa", "cccc", "dddd"}
 
 
 def test_a_run_of_another_network_is_refused(curves, tmp_path):
