@@ -17,7 +17,7 @@ curve and report are appended to ``benchmarks/results/victim_recipes.json``::
 command again to resume; Ctrl-C keeps the last save.
 
 ``--probe`` trains nothing: for the zoo's ``init`` and every recorded trial of a discrete-action victim whose
-weights are in the cache, it prints what the policy does on the same states (4 val episodes acted on by a random
+weights are in the cache (and, given ``--set``, that trial, at its last save if it is still training), it prints what the policy does on the same states (4 val episodes acted on by a random
 policy): its mean entropy, its mean largest probability and how often each action is the most likely one. A
 policy whose most likely action is the same in every state has learned an action bias, not a state-dependent
 policy (what issue 37's REINFORCE trials did).
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     task, _, name = args.victim.partition("/")
     zoo = get_victim(task, name)
     if args.probe:
-        return print_probe(zoo)
+        return print_probe(zoo, args.changes, args.budget)
     spec = variant(zoo, args.changes, args.budget)
     print(f"{spec.key} trial {spec.config_hash()}: {args.changes or 'the zoo recipe'}, "
           f"{spec.train.total_timesteps:,} steps", flush=True)
@@ -182,16 +182,37 @@ def policy_summary(policy: Any, states: list[Any]) -> dict[str, Any]:
                     "argmax_counts": np.bincount(q_values.argmax(1).numpy(), minlength=q_values.shape[1]).tolist()}
         distribution = policy.get_distribution(obs)
         probs = distribution.distribution.probs
+        norms = extractor_norms(policy, obs)
     n_actions = probs.shape[1]
     return {"states": len(states), "entropy": float(distribution.entropy().mean()),
             "max_entropy": float(np.log(n_actions)), "mean_max_prob": float(probs.max(1).values.mean()),
-            "argmax_counts": np.bincount(probs.argmax(1).numpy(), minlength=n_actions).tolist()}
+            "argmax_counts": np.bincount(probs.argmax(1).numpy(), minlength=n_actions).tolist(),
+            "feature_norms": norms}
 
 
-def print_probe(zoo: Any) -> int:
-    """``--probe``: the init and every cached trial of ``zoo``'s victim on the same val states."""
+def extractor_norms(policy: Any, obs: Any) -> dict[str, float] | None:
+    """The mean L2 norm of each observation key's features (a multi-input extractor's per-key outputs, which the
+    MLP sees side by side), or None for a single-input policy. The REINFORCE runs that learned ActivePerception
+    shrank the image features below the target box's; those that did not let them grow (docs/tasks.md)."""
+    from stable_baselines3.common.preprocessing import preprocess_obs
+
+    extractors = getattr(policy.features_extractor, "extractors", None)
+    if extractors is None:
+        return None
+    return {key: float(extractor(preprocess_obs(obs[key], policy.observation_space[key],
+                                                normalize_images=policy.normalize_images)).norm(dim=1).mean())
+            for key, extractor in extractors.items()}
+
+
+def print_probe(zoo: Any, changes: list[str] | None = None, budget: int | None = None) -> int:
+    """``--probe``: the init and every cached trial of ``zoo``'s victim on the same val states; with ``--set``
+    changes, that trial too, finished or still training (its last save, every 4,096 steps)."""
+    import safetensors.torch
+
     from gradleak_bench.victims.card import cached_dir
     from gradleak_bench.victims.checkpoint import load_located, load_victim
+    from gradleak_bench.victims.policies import build_policy
+    from gradleak_bench.victims.spaces import env_spaces
     from gradleak_bench.tasks import get_task
     from gradleak_bench.victims.zoo import NOT_LEARNED
 
@@ -204,18 +225,32 @@ def print_probe(zoo: Any) -> int:
     trials = json.loads(RESULTS.read_text()) if RESULTS.is_file() else []
     candidates = [("the zoo recipe", [], zoo.train.total_timesteps)] + [
         (", ".join(t["changes"]), t["changes"], t["train"]["total_timesteps"]) for t in trials if t["victim"] == zoo.key]
-    for label, changes, budget in candidates:
-        spec = variant(zoo, changes, budget)
-        weights = cached_dir(spec) / "trained.safetensors"
+    if changes:
+        asked = variant(zoo, changes, budget)
+        candidates += [(", ".join(changes), changes, asked.train.total_timesteps)]
+    seen = set()
+    for label, trial_changes, trial_budget in candidates:
+        spec = variant(zoo, trial_changes, trial_budget)
+        folder = cached_dir(spec)
+        if folder in seen:
+            continue
+        seen.add(folder)
+        weights = folder / "trained.safetensors"
         if weights.is_file():
             sha = json.loads(weights.with_suffix(".json").read_text())["weights_sha256"]
             policy = load_located(spec, get_task(spec.task), "trained", (weights, sha)).policy
-            rows.append((f"{budget // 1000}k, {label}", policy))
+            rows.append((f"{trial_budget // 1000}k, {label}", policy))
+        elif (folder / "progress.json").is_file():  # still training: its last save
+            steps = int(json.loads((folder / "progress.json").read_text())["timesteps"])
+            policy = build_policy(spec, env_spaces(spec.task, spec.image_size))
+            safetensors.torch.load_model(policy, str(folder / "progress.safetensors"))
+            rows.append((f"{steps // 1000}k of {trial_budget // 1000}k (training), {label}", policy))
     print(f"{zoo.key} on {len(states)} val states ({PROBE_EPISODES} episodes of a random policy)")
     print(textwrap.fill(", ".join(f"{i}={name}" for i, name in enumerate(get_task(zoo.task).action_names)),
                         width=80, initial_indent="actions: ", subsequent_indent="         "))
     print("per policy: mean entropy (of the uniform's), mean largest probability, and in")
-    print("how many states each action is the most likely one")
+    print("how many states each action is the most likely one; for a multi-input network,")
+    print("the mean norm of each input's features (side by side in the MLP's input)")
     for label, policy in rows:
         summary = policy_summary(policy, states)
         spread = ("greedy (DQN)" if summary["entropy"] is None else
@@ -223,6 +258,8 @@ def print_probe(zoo: Any) -> int:
                   f"max p {summary['mean_max_prob']:.2f}")
         print(textwrap.fill(label, width=80, subsequent_indent="  "))
         print(f"    {spread}, most likely: {summary['argmax_counts']}")
+        if summary.get("feature_norms"):
+            print("    feature norms: " + ", ".join(f"{k} {v:.2f}" for k, v in summary["feature_norms"].items()))
     return 0
 
 

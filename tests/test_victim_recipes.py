@@ -49,3 +49,53 @@ def test_probe_reads_what_a_policy_does_on_fixed_states():
     dqn = vr.policy_summary(load_victim("ActivePerception", "dqn_compact", "init").policy,
                             vr.probe_states(get_victim("ActivePerception", "dqn_compact"), episodes=1))
     assert dqn["entropy"] is None and sum(dqn["argmax_counts"]) == dqn["states"]
+
+
+def test_probe_reads_each_inputs_feature_norm_on_a_multi_input_network():
+    """The REINFORCE runs that learned shrank the image features below the box's (docs/tasks.md): the probe
+    reads each input's feature norm, so that is visible; a single-input network has none."""
+    import torch
+
+    from gradleak_bench.victims.checkpoint import load_victim
+
+    spec = get_victim("ActivePerception", "reinforce_convdepth")
+    states = vr.probe_states(spec, episodes=1)
+    policy = load_victim(spec.task, spec.name, "init").policy
+    norms = vr.policy_summary(policy, states)["feature_norms"]
+    assert set(norms) == {"rgb", "depth", "bbox"} and all(v > 0 for v in norms.values())
+    with torch.no_grad():  # the RGB CNN's last Linear + ReLU: twice the weights, twice the features
+        linear = policy.features_extractor.extractors["rgb"].linear[0]
+        linear.weight.mul_(2.0)
+        linear.bias.mul_(2.0)
+    doubled = vr.policy_summary(policy, states)["feature_norms"]
+    assert doubled["rgb"] == pytest.approx(2 * norms["rgb"], rel=1e-5)
+    assert doubled["bbox"] == pytest.approx(norms["bbox"], rel=1e-6)
+    compact = get_victim("PointNav", "ppo_compact")
+    assert vr.policy_summary(load_victim("PointNav", "ppo_compact", "init").policy,
+                             vr.probe_states(compact, episodes=1))["feature_norms"] is None
+
+
+def test_probe_reads_a_trial_still_training_at_its_last_save(capsys):
+    """--probe with --set: the trial's last save (progress.safetensors) when it has no trained checkpoint yet."""
+    import json
+
+    import safetensors.torch
+    import torch
+
+    from gradleak_bench.victims.card import cached_dir
+    from gradleak_bench.victims.checkpoint import load_victim
+
+    zoo = get_victim("PointNav", "ppo_compact")
+    spec = vr.variant(zoo, ["learning_rate=1e-4"], 50_000)
+    folder = cached_dir(spec)  # in the test's own cache (conftest)
+    folder.mkdir(parents=True)
+    policy = load_victim("PointNav", "ppo_compact", "init").policy
+    with torch.no_grad():
+        policy.action_net.bias[3] += 50.0
+    safetensors.torch.save_model(policy, str(folder / "progress.safetensors"))
+    (folder / "progress.json").write_text(json.dumps({"timesteps": 8192, "seconds": 1.0}))
+    assert vr.print_probe(zoo, ["learning_rate=1e-4"], 50_000) == 0
+    out = capsys.readouterr().out
+    block = out.split("8k of 50k (training), learning_rate=1e-4", 1)[1]
+    states = int(out.split(" on ", 1)[1].split(" val states", 1)[0])
+    assert f"most likely: [0, 0, 0, {states}, 0]" in block.splitlines()[1]
