@@ -294,7 +294,8 @@ NOT_LEARNED: dict[str, str] = {
                               "20k SAC steps (30 min) left it at 12.5% val success (3/24), a random policy's; "
                               "a longer run did not fit issue 31's CPU budget",
     f"ActivePerception/reinforce_convdepth_{QGI_IMAGE_SIZE}": (
-        "two recipes did not learn at 150x150 (learning rates 2.5e-4 and 1e-4); issue 37 tries more. "
+        "two recipes did not learn at 150x150 (learning rates 2.5e-4 and 1e-4); a third, with fan-in-scaled "
+        "step sizes, learned (42.5%) and is not adopted yet. "
         "reinforce_convdepth's 64x64 recipe (which learned there: 36.7%) for 300k steps at 150x150 (2.1 CPU-h, "
         "2.2 h of wall time on one thread beside other jobs): on the 120 validation episodes 25.0% success "
         "[18.1%, 33.4%] (its init: 20.8%) against a random policy's 15.0% [9.7%, 22.5%], return 2.77 [1.90, "
@@ -302,7 +303,12 @@ NOT_LEARNED: dict[str, str] = {
         "9, 10, 9, 9, 6 successes at 0-295k) stayed near the 64x64 run's until 200k and then fell, where that "
         "run's rose to 34-38%. At the lower learning rate the 150x150 DQN needed (1e-4, a recipe trial of 300k "
         "steps, 2.0 CPU-h) it did not learn either: its curve never passed its init's 12 of 32 "
-        "(benchmarks/results/victim_recipes.json; curve.json and validation.json beside the spec)"),
+        "(benchmarks/results/victim_recipes.json; curve.json and validation.json beside the spec). Both let "
+        "the image features grow until they drowned the box's. With Reinforce(fan_in_lr_reference=1024), "
+        "which steps the 14,400-input layers as the 64x64 network's 1,024-input ones, the recipe trial "
+        "learned: 42.5% [34.0%, 51.4%] on the 120 validation episodes against random's 15.0%, return 5.20 "
+        "against 1.77 (300k steps, 1.84 CPU-h; docs/tasks.md). The zoo adopts it with its checkpoint and "
+        "official trained split in a later change"),
     f"ActivePerception/reinforce_{QGI_IMAGE_SIZE}": "reinforce did not learn at 64x64, so its 150x150 twin was "
                                                    "never trained. "
                                                    "It is an init-only victim for the QGI/RGI paper gap; "
