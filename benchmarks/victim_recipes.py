@@ -17,10 +17,11 @@ curve and report are appended to ``benchmarks/results/victim_recipes.json``::
 command again to resume; Ctrl-C keeps the last save.
 
 ``--probe`` trains nothing: for the zoo's ``init`` and every recorded trial of a discrete-action victim whose
-weights are in the cache (and, given ``--set``, that trial, at its last save if it is still training), it prints what the policy does on the same states (4 val episodes acted on by a random
-policy): its mean entropy, its mean largest probability and how often each action is the most likely one. A
-policy whose most likely action is the same in every state has learned an action bias, not a state-dependent
-policy (what issue 37's REINFORCE trials did).
+weights are in the cache (and, given ``--set``, that trial, at its last save if it is still training), it prints
+what the policy does on the same states (4 val episodes acted on by a random policy): its mean entropy, its mean
+largest probability and how often each action is the most likely one. A policy whose most likely action is the
+same in every state has learned an action bias, not a state-dependent policy (what issue 37's REINFORCE trials
+did). For a multi-input network it also prints each input's mean feature norm.
 """
 from __future__ import annotations
 

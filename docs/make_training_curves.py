@@ -4,9 +4,9 @@
 Each panel is one training run: the policy on the same 32 val episodes every 32,768 training steps (95% Wilson
 band for success, bootstrap band for return), ending at the run's closing report (the same 32 episodes at its
 last step), with the random policy on those episodes (dashed, grey band) and, where the zoo committed one, the
-120-episode validation that decides "learned" (black square with its interval, the random policy's beside it in grey). Blue: a committed checkpoint's
-run (``curve.json`` beside it in ``envs/checkpoints``). Orange: a run still training, from a snapshot in
-``docs/data/training_in_progress.json``.
+120-episode validation that decides "learned" (black square with its interval, the random policy's beside it
+in grey). Blue: a committed checkpoint's run (``curve.json`` beside it in ``envs/checkpoints``). Orange: a run
+still training, from a snapshot in ``docs/data/training_in_progress.json``.
 
     python docs/make_training_curves.py                  # redraw from committed files only (no simulator)
     python docs/make_training_curves.py --record DIR     # snapshot a run in progress first
