@@ -121,8 +121,9 @@ def recipe_changes(spec: dict[str, Any], zoo: dict[str, Any]) -> list[str]:
     return changes
 
 
-def record(folder: Path, path: Path = IN_PROGRESS) -> dict[str, Any]:
-    """Snapshot the training run in cache folder ``folder`` into ``path`` (replacing that run's earlier one)."""
+def record(folder: Path, path: Path = IN_PROGRESS, ended: set[str] = frozenset()) -> dict[str, Any]:
+    """Snapshot the training run in cache folder ``folder`` into ``path`` (replacing that run's earlier one, and
+    dropping the snapshots of runs in ``ended``)."""
     from gradleak_bench.victims.zoo import get_victim
 
     spec, progress, curve = (_read(folder / name) for name in ("spec.json", "progress.json", "curve.json"))
@@ -138,7 +139,7 @@ def record(folder: Path, path: Path = IN_PROGRESS) -> dict[str, Any]:
            "recorded": datetime.date.today().isoformat(),
            "curve": {k: curve[k] for k in ("episodes", "seed", "every", "random", "points")}}
     data = _read(path) or {"format": SNAPSHOT_FORMAT, "runs": []}
-    data["runs"] = [r for r in data["runs"] if r["config_hash"] != config_hash] + [run]
+    data["runs"] = [r for r in data["runs"] if r["config_hash"] not in {config_hash, *ended}] + [run]
     data["runs"].sort(key=lambda r: (r["victim"], r["config_hash"]))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=OUT, help="folder for the two PNGs (default: docs/img)")
     args = parser.parse_args(argv)
     for folder in args.record:
-        run = record(folder)
+        run = record(folder, ended=ended_hashes())
         print(f"recorded {run['victim']} ({run['config_hash']}): {run['timesteps']:,} of {run['budget']:,} steps")
     runs = committed_runs()
     runs += snapshot_runs(ended=ended_hashes())

@@ -88,6 +88,9 @@ def test_a_run_in_progress_is_recorded_with_its_recipe_and_replaced_not_duplicat
     (drawn,) = curves.snapshot_runs(snapshot)
     assert drawn["in_progress"]["config_hash"] == "0123456789abcdef"
     assert curves.snapshot_runs(snapshot, ended={"0123456789abcdef"}) == []
+    other = _cache_run(tmp_path, trial, name="PointNav-ppo_84-fedcba9876543210")
+    curves.record(other, snapshot, ended={"0123456789abcdef"})  # the first run ended: its snapshot goes
+    assert [r["config_hash"] for r in json.loads(snapshot.read_text())["runs"]] == ["fedcba9876543210"]
 
 
 def test_a_run_ends_with_its_committed_checkpoint_or_its_finished_trial(curves, tmp_path):
