@@ -195,12 +195,11 @@ def draw(runs: list[dict[str, Any]], metric: str, out: Path) -> Path:
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(runs):]:
         ax.axis("off")
-    handles, labels = {}, {}
+    handles: dict[str, Any] = {}
     for ax in axes.flat:  # one legend naming every kind of mark drawn anywhere
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
-    labels = list(handles)
-    fig.legend([handles[k] for k in labels], labels, loc="lower center", ncol=len(labels), fontsize=8,
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=len(handles), fontsize=8,
                frameon=False)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -215,11 +214,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="snapshot the training run in this cache folder into docs/data/training_in_progress.json")
     parser.add_argument("--out", type=Path, default=OUT, help="folder for the two PNGs (default: docs/img)")
     args = parser.parse_args(argv)
+    ended = ended_hashes()  # read once: recording changes no checkpoint and no trial
     for folder in args.record:
-        run = record(folder, ended=ended_hashes())
+        run = record(folder, ended=ended)
         print(f"recorded {run['victim']} ({run['config_hash']}): {run['timesteps']:,} of {run['budget']:,} steps")
-    runs = committed_runs()
-    runs += snapshot_runs(ended=ended_hashes())
+    runs = committed_runs() + snapshot_runs(ended=ended)
     if not runs:
         raise SystemExit("no learning curve under envs/checkpoints and no run in progress: publish a trained "
                          "victim first (docs/tasks.md)")
