@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                              "trained weights beside the random policy")
     parser.add_argument("--probe", action="store_true",
                         help="train nothing: print what the init and every cached trial's policy do on the same "
-                             "val states (entropy, most likely action)")
+                             "val states (entropy, most likely action, each input's feature norm); with --set, "
+                             "that trial too, at its last save if it still trains")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
