@@ -101,8 +101,8 @@ ARMS.update({f"rgi_{preset}_{solver}_150_convdepth{suffix}": Arm(
     "rgi", "reinforce_convdepth_150", preset, "adam" if solver == "adam" else "closed_form", checkpoint=checkpoint)
     for preset in ("paper", "quick") for solver in ("adam", "cf")
     for suffix, checkpoint in (("", "init"), ("_trained", "trained"))})
-# The same network at 64x64 (reinforce_convdepth), the one REINFORCE that learned (issue 37): RGI's trained rows
-# while no 150x150 REINFORCE has learned, and the resolution cause on the paper's network at init.
+# The same network at 64x64 (reinforce_convdepth, the first REINFORCE that learned, issue 37): the resolution cause
+# on the paper's network, at init and trained.
 ARMS.update({f"rgi_{preset}_{solver}_64_convdepth{suffix}": Arm(
     "rgi", "reinforce_convdepth", preset, "adam" if solver == "adam" else "closed_form", checkpoint=checkpoint)
     for preset in ("paper", "quick") for solver in ("adam", "cf")
