@@ -308,9 +308,10 @@ GAP_WHY = {
              "**architecture**: in the paper depth passes convolutions, in SB3's MultiInputPolicy it enters the "
              "first linear layer verbatim; on the paper's network (`reinforce_convdepth_150`, 12 frames, quick) "
              "RGI's depth at init is 4.8 dB below the mean frame, not exact. **training**: on that network at "
-             "64x64 and the paper budget (closed form + 10^4, 8 frames each) depth is 14.6 dB at init (+1.7 "
-             "[+0.4, +4.5] over the strongest reference) and 24.7 dB trained (+11.4 [+7.1, +16.9]), above the "
-             "paper's 18.6",
+             "150x150 and the paper budget (closed form + 10^4, 8 frames each) depth is 14.0 dB at init (+1.2 "
+             "[-0.9, +2.0] over the strongest reference: no leak shown) and 25.9 dB trained (+12.8 [+10.3, "
+             "+16.9]), above the paper's 18.6; at 64x64 the same, 14.6 (+1.5 [-1.1, +3.9]) and 24.7 (+11.4 "
+             "[+7.1, +16.9])",
     "box": "barely measured: the target is in view in 1 of the 24 paper-budget frames (QGI, closed form: IoU 1.0, "
            "every prior 0); elsewhere every empty box scores 1 and a spurious one 0",
     "qgi_q": "**stage 1** alone: the rule's Q and TD target are exact from an exact stage 1 (the paper's ~1%) and "
@@ -318,14 +319,15 @@ GAP_WHY = {
     "rgi_rgb": "**stage 1, then the scene**: solved at the paper's resolution and budget RGI gives 18.6 dB (13.3-24.3, "
                "8 frames), the paper's 17.1, yet only +1.9 [-0.2, +5.1] over our rooms' mean train frame (CI "
                "spans 0); Adam's stage 1 fails as QGI's. **budget**: +1.1 to +10.5 dB (median +1.7) once solved. "
-               "**resolution**: none at quick. **training**: on the paper's network at 64x64 and the paper "
-               "budget, RGB stays at the prior at init (+1.1 [-0.2, +4.1]) and trained (+0.2 [-1.4, +2.8])",
+               "**resolution**: none at quick. **training**: on the paper's network at 150x150 and the paper "
+               "budget, RGB stays at the prior at init (+0.0 [-1.5, +2.7]) and trained (-0.7 [-2.0, +0.4]), as "
+               "at 64x64 (+1.1 [-0.2, +4.1], +0.2 [-1.4, +2.8])",
     "rgi_return": "no gap: read by the rule (eq. 7) in every arm; at init the policy's probabilities hardly depend "
                   "on the state",
 }
-# the trained-victim column's arm: the closed form at the paper budget. No 150x150 REINFORCE learned (SB3's
-# network nor the paper's, docs/tasks.md), so RGI's is the paper's network at 64x64, the one that did
-GAP_TRAINED = {"qgi": "paper_cf_150_trained", "rgi": "paper_cf_64_convdepth_trained"}
+# the trained-victim column's arm: the closed form at the paper budget. RGI's is the paper's network (SB3's,
+# reinforce_150, never learned: docs/tasks.md)
+GAP_TRAINED = {"qgi": "paper_cf_150_trained", "rgi": "paper_cf_150_convdepth_trained"}
 GAP_TABLE = Table(
     "docs/inversion-attacks.md",
     {"paper": PAPER, "arms": GAP_ARMS, **{k: f"docs/data/headline/{v}.json" for k, v in GAP_HEADS.items()}},
@@ -350,8 +352,8 @@ GAP_TABLE = Table(
              Col("paper (150x150, 2x10^4 iterations, AI2-THOR)", "{paper[attack][metric]?}"),
              Col("ours, matched: 150x150, 10^4 + 10^4, Adam stage 1", _over_frames("a")),
              Col("ours: 150x150, 10^4 + 10^4, closed-form stage 1", _over_frames("c")),
-             Col("the same on the trained victim (QGI: `dqn_150` @ trained; RGI: the paper's network at 64x64, "
-                 "`reinforce_convdepth` @ trained: no 150x150 REINFORCE learned)",
+             Col("the same on the trained victim (QGI: `dqn_150` @ trained; RGI: the paper's network, "
+                 "`reinforce_convdepth_150` @ trained)",
                  When("tr|given", _over_frames("t"), "not run")),
              Col("ours: 64x64, quick (300 + 200), Adam / closed form [95% CI]",
                  When("ha|given", "{ha|interval(spec)} / {hc|interval(spec)}")),
