@@ -280,7 +280,8 @@ def test_84px_zoo_victim_loads_sees_84x84_and_its_gradient_equals_sb3(victim_nam
                                               ("reinforce_convdepth_150", "reinforce_convdepth")])
 def test_150px_victims_see_150x150_and_stream_gradients_of_their_shapes(victim_name: str, base: str) -> None:
     """The QGI/RGI-resolution victims: their specs are ``dqn`` / ``reinforce`` at 150x150 (nothing else
-    changed but ``dqn_150``'s training budget and learning rate, issue 37), ``init`` is rebuilt from the seed
+    changed but training recipes, issue 37: ``dqn_150``'s budget and learning rate, ``reinforce_convdepth_150``'s
+    fan-in-scaled step size), ``init`` is rebuilt from the seed
     (no file is committed), the env renders 150x150 frames for them,
     and one step's per-sample gradient has every parameter's shape, with the first linear layers as wide as
     NatureCNN's 15x15x64 features and the flattened 150x150 depth make them. No attack runs."""
@@ -296,9 +297,12 @@ def test_150px_victims_see_150x150_and_stream_gradients_of_their_shapes(victim_n
     assert spec.image_size == 150 and other.image_size == 64
     same = {"name": base, "image_size": 64, "description": ""}
     mine, theirs = spec.to_dict(), other.to_dict()
+    hyperparams = dict(mine["train"]["hyperparams"])
+    # the one recipe change that is not a 64x64 hyperparameter: steps scaled to the 150x150 layers' fan-in
+    assert hyperparams.pop("fan_in_lr_reference", None) == (1024 if victim_name == "reinforce_convdepth_150"
+                                                            else None)
     mine["train"] = {**mine["train"], "total_timesteps": theirs["train"]["total_timesteps"],
-                     "hyperparams": {**mine["train"]["hyperparams"],
-                                     "learning_rate": theirs["train"]["hyperparams"]["learning_rate"]}}
+                     "hyperparams": {**hyperparams, "learning_rate": theirs["train"]["hyperparams"]["learning_rate"]}}
     assert {**mine, **same} == {**theirs, "description": ""}
     assert "weights_sha256" not in victim.meta  # rebuilt from its seed
     env = gym.make("gradleak/ActivePerception-v0", layouts="test", image_size=spec.image_size)
