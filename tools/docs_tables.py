@@ -325,8 +325,8 @@ GAP_WHY = {
     "rgi_return": "no gap: read by the rule (eq. 7) in every arm; at init the policy's probabilities hardly depend "
                   "on the state",
 }
-# the trained-victim column's arm: the closed form at the paper budget. RGI's is the paper's network (SB3's,
-# reinforce_150, never learned: docs/tasks.md)
+# the trained-victim column's arm: the closed form at the paper budget. RGI's is on the paper's network
+# (reinforce_150, SB3's network, was never trained: docs/tasks.md)
 GAP_TRAINED = {"qgi": "paper_cf_150_trained", "rgi": "paper_cf_150_convdepth_trained"}
 GAP_TABLE = Table(
     "docs/inversion-attacks.md",
