@@ -314,7 +314,7 @@ NOT_LEARNED: dict[str, str] = {
 """Victims with no published ``trained`` checkpoint, with the reason (its first sentence is the short one
 ``gradleak-bench list`` prints; error messages and the victim card give it whole): their recipe did not learn on
 the project's CPU budget (issue 31: a published ``trained`` checkpoint has measurably learned, docs/tasks.md),
-or they are ``init``-only (the ``*_150`` victims, never trained).
+or they are ``init``-only (``reinforce_150``, never trained).
 ``trained`` still names the spec's budget: ``gradleak-bench train-victim`` trains it into the cache."""
 
 
