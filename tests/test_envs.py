@@ -80,6 +80,31 @@ def test_pointnav_goal_reward_and_termination(pointnav):
     assert abs(float(info["goal"][1])) < 1e-4  # bearing: straight ahead
 
 
+def test_goal_pixels_count_the_beacon_in_view_and_change_no_frame():
+    """The PointNav goal-visibility diagnostic (benchmarks/pointnav_goal_visibility.py): facing the beacon from
+    1.2 m it covers pixels, facing away none; looking around first leaves the episode's frames bit for bit."""
+    looked, plain = PointNavEnv(layouts=[1]), PointNavEnv(layouts=[1])
+    try:
+        for env in (looked, plain):
+            env.reset(seed=2, options={"layout_id": 1})
+        gx, gy = (float(v) for v in looked.goal_position)
+        for angle in np.linspace(-math.pi, math.pi, 24, endpoint=False):
+            x, y = gx - 1.2 * math.cos(angle), gy - 1.2 * math.sin(angle)
+            if looked.apartment.is_free(x, y):
+                break
+        for env in (looked, plain):
+            env.robot.set_pose(x, y, float(angle) + math.pi)  # back to the goal
+        backend = looked.unwrapped.backend
+        assert backend.goal_pixels() == 0
+        assert backend.goal_pixels(float(angle)) > 20  # a 16 cm pole 1.2 m ahead, 2 m tall, in a 64x64 frame
+        for action in (1, 0, 2, 2, 0):
+            a, b = looked.step(action)[0], plain.step(action)[0]
+            assert np.array_equal(a, b)
+    finally:
+        looked.close()
+        plain.close()
+
+
 def test_blocked_move_into_wall_does_not_move(pointnav):
     pointnav.reset(seed=0, options={"layout_id": 0})
     room = pointnav.apartment.rooms[0]  # its west side is an outer wall: no doorway there

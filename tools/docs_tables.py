@@ -929,6 +929,16 @@ TABLES: dict[str, Table] = {
                  Col("val success (episodes)", "{r.success_rate:.1%} ({r.episodes})"),
                  Col("mean entropy (uniform {data.rows.0.uniform_entropy:.3f})", "{r.mean_entropy:.3f}"),
                  Each("a", "data.rows.0.mean_probability|keys", (Col("P({a})", "{r.mean_probability[a]:.3f}"),)))),
+    # per PointNav victim: val success split by what the start pose's camera shows of the goal
+    # (benchmarks/pointnav_goal_visibility.py)
+    "pointnav_goal_visibility": Table(
+        "docs/tasks.md", {"data": "benchmarks/results/pointnav_goal_visibility.json"},
+        rows=Loop("r", "data.rows"),
+        columns=(Col("policy", "{r.who}"),
+                 Each("c, label", (("in view", "goal in the first frame"), ("turn to see", "seen by turning"),
+                                   ("hidden", "hidden from the start"), ("all", "all")), (
+                     Col("{label} ({data.rows.0[c].episodes} episodes)",
+                         "{r[c].success_rate:.0%} ({r[c].successes})"),)))),
     "victim_validation": Table(
         "docs/tasks.md", {"runs": VICTIM_VALIDATION}, skip_missing=True,
         rows=Loop("run", "runs"),

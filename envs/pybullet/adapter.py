@@ -252,6 +252,20 @@ class PyBulletBackend:
         mask = None if target is None or frame.seg is None else frame.seg == int(target)
         return View(frame.rgb, frame.depth, mask)
 
+    def goal_pixels(self, yaw: float | None = None) -> int:
+        """How many pixels of the goal beacon the camera would see from the robot's position, looking along
+        ``yaw`` (radians; default the robot's heading), with the rooms that view shows: 0 when no goal is shown,
+        it is out of the field of view, or walls hide it (benchmarks/pointnav_goal_visibility.py). Changes no
+        state an episode depends on (the next view shows its own rooms)."""
+        if self._beacon is None:
+            return 0
+        r = self.robot
+        heading = r.yaw if yaw is None else float(yaw)
+        self._scene.show_rooms(self.apartment.rooms_in_view(r.x, r.y, heading))
+        frame = self._camera.render(r.x, r.y, heading, r.pitch, segmentation=True)
+        # PyBullet's mask holds body id + ((link index + 1) << 24); the beacon is a base without links
+        return int(np.count_nonzero(frame.seg == self._beacon))
+
     def close(self) -> None:
         if self._client is not None and p.isConnected(self._client):
             p.disconnect(self._client)

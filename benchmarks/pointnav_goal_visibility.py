@@ -1,0 +1,128 @@
+"""Where PointNav victims succeed: the validation episodes by whether the start pose sees the goal.
+
+PointNav observes RGB only and its victims have no memory (NatureCNN / CompactCNN on one frame), so a policy
+knows where the goal is only while the orange beacon is in its view. This sorts the 120 validation episodes
+(the seeds of ``gradleak-bench validate-victim``, so the same episodes the committed ``validation.json`` files
+roll out) by what the camera shows from the start position, rendered with the episode's own camera and rooms:
+
+* ``in view``: beacon pixels in the first frame;
+* ``turn to see``: none in the first frame, but some at one of 24 headings 15 degrees apart (the field of view
+  is 90 degrees), so turning on the spot finds it;
+* ``hidden``: no heading from the start shows it (walls, or too far to cover a pixel): the goal must be
+  searched for, without a memory of where the policy has looked.
+
+For each committed PointNav validation it then reads each policy's per-episode successes (random, init,
+trained) and gives the success rate in each class with its 95% Wilson interval, and the walking distance
+(PyBullet's free-space grid) per class. No policy is rolled out: the successes are the committed ones.
+
+Run: OMP_NUM_THREADS=1 python benchmarks/pointnav_goal_visibility.py      (about a minute per image size)
+Writes benchmarks/results/pointnav_goal_visibility.json (docs/tasks.md, "Why PointNav success stops near 35%").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "pointnav_goal_visibility.json"
+HEADINGS = 24
+CLASSES = ("in view", "turn to see", "hidden")
+
+
+def episode_classes(task: str, image_size: int, episodes: int, seed: int) -> list[dict]:
+    """Per validation episode: its layout, the straight and walking distance to the goal and its class."""
+    import gymnasium as gym
+
+    from gradleak_bench.tasks import get_task
+
+    env = gym.make(get_task(task).gym_id, layouts="val", image_size=image_size)
+    rows = []
+    try:
+        for i in range(episodes):
+            env.reset(seed=seed + i)
+            inner = env.unwrapped
+            backend = inner.backend
+            x, y, yaw, _ = backend.pose()
+            goal = inner.goal_position
+            first = backend.goal_pixels()
+            turning = first or max(backend.goal_pixels(yaw + 2 * math.pi * k / HEADINGS) for k in range(1, HEADINGS))
+            walking = backend.walking_distances(goal)(x, y)
+            rows.append({"episode": i, "layout": int(inner.layout_id),
+                         "straight_m": round(float(np.hypot(goal[0] - x, goal[1] - y)), 3),
+                         "walking_m": round(float(walking), 3), "first_frame_goal_pixels": int(first),
+                         "class": CLASSES[0] if first else CLASSES[1] if turning else CLASSES[2]})
+    finally:
+        env.close()
+    return rows
+
+
+def by_class(rows: list[dict], successes: list[int]) -> dict[str, dict]:
+    from gradleak_bench.victims.validation import wilson
+
+    out = {}
+    for name in CLASSES:
+        picked = [s for r, s in zip(rows, successes) if r["class"] == name]
+        k, n = int(sum(picked)), len(picked)
+        out[name] = {"episodes": n, "successes": k, "success_rate": k / n if n else None,
+                     "success_ci95": list(wilson(k, n)) if n else None}
+    return out
+
+
+def main() -> None:
+    from gradleak_bench.victims.validation import VALIDATION_EPISODES, VALIDATION_SEED
+    from gradleak_bench.victims.zoo import get_victim
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.parse_args()
+    validations = sorted((ROOT / "envs" / "checkpoints").glob("PointNav*/*/validation.json"))
+    episodes: dict[tuple[str, int], list[dict]] = {}
+    victims = []
+    for path in validations:
+        data = json.loads(path.read_text())
+        task, name = data["victim"].split("/")
+        spec = get_victim(task, name)
+        if data["episodes"] != VALIDATION_EPISODES or data["seed"] != VALIDATION_SEED:
+            raise SystemExit(f"{path}: not the standard validation episodes; rerun validate-victim")
+        key = (task, spec.image_size)
+        if key not in episodes:
+            print(f"classifying the {VALIDATION_EPISODES} val episodes of {task} at {spec.image_size}x{spec.image_size}")
+            episodes[key] = episode_classes(task, spec.image_size, VALIDATION_EPISODES, VALIDATION_SEED)
+        rows = episodes[key]
+        policies = {policy: by_class(rows, row["per_episode"]["success"])
+                    for policy, row in data["policies"].items()}
+        victims.append({"victim": data["victim"], "image_size": spec.image_size,
+                        "config_hash": data["config_hash"], "policies": policies})
+    classes = {}
+    for (task, size), rows in episodes.items():
+        summary = {}
+        for name in CLASSES:
+            picked = [r for r in rows if r["class"] == name]
+            summary[name] = {"episodes": len(picked),
+                             "median_walking_m": round(float(np.median([r["walking_m"] for r in picked])), 2) if picked else None}
+        classes[f"{task}@{size}"] = {"summary": summary, "episodes": rows}
+    # the docs table's rows: each victim's trained policy, then the random policy once per task (its actions
+    # come from the episode seeds alone, so it is the same on every victim's episodes of a task)
+    rows = [{"who": f"`{v['victim']}` trained", **v["policies"]["trained"]} for v in victims]
+    for task in dict.fromkeys(v["victim"].split("/")[0] for v in victims):
+        first = next(v for v in victims if v["victim"].startswith(f"{task}/"))
+        rows.append({"who": f"random policy, {task}", **first["policies"]["random"]})
+    for row in rows:
+        k = sum(row[c]["successes"] for c in CLASSES)
+        n = sum(row[c]["episodes"] for c in CLASSES)
+        row["all"] = {"episodes": n, "successes": k, "success_rate": k / n}
+    OUT.write_text(json.dumps({"what": __doc__.splitlines()[0], "headings": HEADINGS, "seed": VALIDATION_SEED,
+                               "rows": rows, "classes": classes, "victims": victims}, indent=1) + "\n")
+    print(f"{'policy':<44} " + " ".join(f"{c:>16}" for c in (*CLASSES, "all")))
+    for row in rows:
+        cells = [f"{row[c]['successes']:>3}/{row[c]['episodes']:<3} {100 * (row[c]['success_rate'] or 0):5.1f}%"
+                 for c in (*CLASSES, "all")]
+        print(f"{row['who']:<44} " + " ".join(f"{cell:>16}" for cell in cells))
+    print(f"wrote {OUT.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
