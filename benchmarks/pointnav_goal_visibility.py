@@ -13,9 +13,15 @@ roll out) by what the camera shows from the start position, rendered with the ep
 
 For each committed PointNav validation it then reads each policy's per-episode successes (random, init,
 trained) and gives the success rate in each class with its 95% Wilson interval, and the walking distance
-(PyBullet's free-space grid) per class. No policy is rolled out: the successes are the committed ones.
+(PyBullet's free-space grid) per class: the successes are the committed ones, not redrawn.
 
-Run: OMP_NUM_THREADS=1 python benchmarks/pointnav_goal_visibility.py      (about a minute per image size)
+Then how far each trained policy (and the random policy, once per task) gets when the goal is hidden: it is
+rolled out again on the hidden-goal episodes, actions sampled as validation samples them but from a Generator
+seeded per episode (so these are not the validation's own draws): the median metres walked and the share of
+episodes in which it leaves the room it started in.
+
+Run: OMP_NUM_THREADS=1 python benchmarks/pointnav_goal_visibility.py   (about 10 CPU-minutes: 1.5 to classify,
+the rest to roll each trained victim and the random policy out on the 72 hidden-goal episodes)
 Writes benchmarks/results/pointnav_goal_visibility.json (docs/tasks.md, "Why PointNav success stops near 35%").
 """
 from __future__ import annotations
@@ -60,6 +66,58 @@ def episode_classes(task: str, image_size: int, episodes: int, seed: int) -> lis
     return rows
 
 
+def roll_out(task: str, victim: str | None, seeds: list[int], image_size: int = 64) -> list[dict]:
+    """Val episodes (one per seed) acted by ``victim``'s trained policy (None: the random policy at
+    ``image_size``), its actions sampled as validation samples them, from a numpy Generator seeded with the
+    episode's seed: per episode the poses (x, y, yaw) from the start, the rooms it stood in, the goal and
+    whether it was reached."""
+    import gymnasium as gym
+    import torch
+
+    from gradleak_bench.tasks import get_task
+    from gradleak_bench.victims.checkpoint import load_victim
+    from gradleak_bench.victims.continuous_rollout import ContinuousActor, random_action
+    from gradleak_bench.victims.policies import PolicyActor
+
+    torch.set_num_threads(1)
+    actor = None
+    if victim is not None:
+        loaded = load_victim(task, victim, "trained")
+        image_size = loaded.spec.image_size
+        continuous = get_task(task).action_kind == "continuous"
+        actor = (ContinuousActor if continuous else PolicyActor)(loaded.policy, loaded.spec.algo)
+    env = gym.make(get_task(task).gym_id, layouts="val", image_size=image_size)
+    paths = []
+    try:
+        for seed in seeds:
+            rng = np.random.default_rng(seed)
+            obs, info = env.reset(seed=seed)
+            poses, rooms, done = [info["pose"]], [info["room"]], False
+            while not done:
+                action = actor.act(obs, rng) if actor else random_action(env.action_space, rng)
+                obs, _, terminated, truncated, info = env.step(action)
+                poses.append(info["pose"])
+                rooms.append(info["room"])
+                done = terminated or truncated
+            paths.append({"poses": np.array(poses, dtype=np.float64), "rooms": rooms,
+                          "goal": np.asarray(info["goal_position"], dtype=np.float64),
+                          "reached": bool(info["success"])})
+    finally:
+        env.close()
+    return paths
+
+
+def search(task: str, victim: str | None, rows: list[dict], seed: int, image_size: int) -> dict:
+    """How far the policy gets from where it starts in the hidden-goal episodes: median metres walked and the
+    share of episodes in which it leaves its start room."""
+    seeds = [seed + row["episode"] for row in rows if row["class"] == "hidden"]
+    paths = roll_out(task, victim, seeds, image_size)
+    walked = [float(np.hypot(*np.diff(path["poses"][:, :2], axis=0).T).sum()) for path in paths]
+    left = [len(set(path["rooms"])) > 1 for path in paths]
+    return {"episodes": len(paths), "median_walked_m": round(float(np.median(walked)), 2),
+            "left_start_room": round(float(np.mean(left)), 3)}
+
+
 def by_class(rows: list[dict], successes: list[int]) -> dict[str, dict]:
     from gradleak_bench.victims.validation import wilson
 
@@ -80,7 +138,7 @@ def main() -> None:
     parser.parse_args()
     validations = sorted((ROOT / "envs" / "checkpoints").glob("PointNav*/*/validation.json"))
     episodes: dict[tuple[str, int], list[dict]] = {}
-    victims = []
+    victims, searched_random = [], {}
     for path in validations:
         data = json.loads(path.read_text())
         task, name = data["victim"].split("/")
@@ -94,8 +152,13 @@ def main() -> None:
         rows = episodes[key]
         policies = {policy: by_class(rows, row["per_episode"]["success"])
                     for policy, row in data["policies"].items()}
+        print(f"rolling {data['victim']} out on the hidden-goal episodes")
+        searched = {"trained": search(task, name, rows, VALIDATION_SEED, spec.image_size)}
+        if task not in searched_random:
+            searched_random[task] = search(task, None, rows, VALIDATION_SEED, spec.image_size)
+        searched["random"] = searched_random[task]
         victims.append({"victim": data["victim"], "image_size": spec.image_size,
-                        "config_hash": data["config_hash"], "policies": policies})
+                        "config_hash": data["config_hash"], "policies": policies, "hidden_goal_search": searched})
     classes = {}
     for (task, size), rows in episodes.items():
         summary = {}
@@ -106,21 +169,24 @@ def main() -> None:
         classes[f"{task}@{size}"] = {"summary": summary, "episodes": rows}
     # the docs table's rows: each victim's trained policy, then the random policy once per task (its actions
     # come from the episode seeds alone, so it is the same on every victim's episodes of a task)
-    rows = [{"who": f"`{v['victim']}` trained", **v["policies"]["trained"]} for v in victims]
+    rows = [{"who": f"`{v['victim']}` trained", **v["policies"]["trained"],
+             "search": v["hidden_goal_search"]["trained"]} for v in victims]
     for task in dict.fromkeys(v["victim"].split("/")[0] for v in victims):
         first = next(v for v in victims if v["victim"].startswith(f"{task}/"))
-        rows.append({"who": f"random policy, {task}", **first["policies"]["random"]})
+        rows.append({"who": f"random policy, {task}", **first["policies"]["random"],
+                     "search": first["hidden_goal_search"]["random"]})
     for row in rows:
         k = sum(row[c]["successes"] for c in CLASSES)
         n = sum(row[c]["episodes"] for c in CLASSES)
         row["all"] = {"episodes": n, "successes": k, "success_rate": k / n}
     OUT.write_text(json.dumps({"what": __doc__.splitlines()[0], "headings": HEADINGS, "seed": VALIDATION_SEED,
                                "rows": rows, "classes": classes, "victims": victims}, indent=1) + "\n")
-    print(f"{'policy':<44} " + " ".join(f"{c:>16}" for c in (*CLASSES, "all")))
+    print(f"{'policy':<44} " + " ".join(f"{c:>16}" for c in (*CLASSES, "all")) + "  hidden: walked, left room")
     for row in rows:
         cells = [f"{row[c]['successes']:>3}/{row[c]['episodes']:<3} {100 * (row[c]['success_rate'] or 0):5.1f}%"
                  for c in (*CLASSES, "all")]
-        print(f"{row['who']:<44} " + " ".join(f"{cell:>16}" for cell in cells))
+        print(f"{row['who']:<44} " + " ".join(f"{cell:>16}" for cell in cells)
+              + f"  {row['search']['median_walked_m']:5.1f} m {100 * row['search']['left_start_room']:4.0f}%")
     print(f"wrote {OUT.relative_to(ROOT)}")
 
 

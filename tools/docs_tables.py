@@ -938,7 +938,9 @@ TABLES: dict[str, Table] = {
                  Each("c, label", (("in view", "goal in the first frame"), ("turn to see", "seen by turning"),
                                    ("hidden", "hidden from the start"), ("all", "all")), (
                      Col("{label} ({data.rows.0[c].episodes} episodes)",
-                         "{r[c].success_rate:.0%} ({r[c].successes})"),)))),
+                         "{r[c].success_rate:.0%} ({r[c].successes})"),)),
+                 Col("goal hidden: metres walked (median)", "{r.search.median_walked_m:.1f}"),
+                 Col("goal hidden: left the start room", "{r.search.left_start_room:.0%}"))),
     "victim_validation": Table(
         "docs/tasks.md", {"runs": VICTIM_VALIDATION}, skip_missing=True,
         rows=Loop("run", "runs"),
