@@ -147,7 +147,8 @@ def main() -> None:
             raise SystemExit(f"{path}: not the standard validation episodes; rerun validate-victim")
         key = (task, spec.image_size)
         if key not in episodes:
-            print(f"classifying the {VALIDATION_EPISODES} val episodes of {task} at {spec.image_size}x{spec.image_size}")
+            size = spec.image_size
+            print(f"classifying the {VALIDATION_EPISODES} val episodes of {task} at {size}x{size}")
             episodes[key] = episode_classes(task, spec.image_size, VALIDATION_EPISODES, VALIDATION_SEED)
         rows = episodes[key]
         policies = {policy: by_class(rows, row["per_episode"]["success"])
@@ -164,8 +165,9 @@ def main() -> None:
         summary = {}
         for name in CLASSES:
             picked = [r for r in rows if r["class"] == name]
+            walking = [r["walking_m"] for r in picked]
             summary[name] = {"episodes": len(picked),
-                             "median_walking_m": round(float(np.median([r["walking_m"] for r in picked])), 2) if picked else None}
+                             "median_walking_m": round(float(np.median(walking)), 2) if picked else None}
         classes[f"{task}@{size}"] = {"summary": summary, "episodes": rows}
     # the docs table's rows: each victim's trained policy, then the random policy once per task (its actions
     # come from the episode seeds alone, so it is the same on every victim's episodes of a task)

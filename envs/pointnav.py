@@ -14,9 +14,18 @@ does not train a NatureCNN policy within a CPU budget (measured: 0% success afte
 (``Backend.walking_distances``: PyBullet's free-space grid, Habitat's navmesh). The straight line rewards
 walking into the wall between the robot and a goal in the next room; the walking distance rewards the way
 round through the doorway. Success is the straight-line 1 m of the task either way.
+
+``room_discovery_reward`` (default 0) pays that amount the first time in an episode the robot stands in each
+room other than the one it started in: a coverage bonus at the scale of rooms, as exploration policies for
+navigation are trained with (Chen, Gupta and Gupta, "Learning Exploration Policies for Navigation", ICLR 2019,
+reward newly seen area). Why a PointNav victim may need it: with the goal out of sight, progress shaping pays a
+policy that cannot see the goal as often for a step away as for a step toward it, so nothing but the rare +1
+of finding the goal pays for searching, and the trained discrete victims stay in their start room
+(benchmarks/pointnav_goal_visibility.py, docs/tasks.md). Like the progress shaping it is for training only.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +48,7 @@ class PointNav(TaskEnv):
     def __init__(self, spec: TaskSpec, backend: str = "pybullet", layouts: Any = "train",
                  image_size: int | None = None, render_mode: str | None = None, fov: float | None = None,
                  backend_options: dict[str, Any] | None = None, progress_reward: float = 0.0,
-                 progress_distance: str = "straight"):
+                 progress_distance: str = "straight", room_discovery_reward: float = 0.0):
         if progress_distance not in PROGRESS_DISTANCES:
             raise ValueError(f"progress_distance must be one of {', '.join(PROGRESS_DISTANCES)}, "
                              f"got {progress_distance!r}")
@@ -48,6 +57,10 @@ class PointNav(TaskEnv):
         self.goal_position = np.zeros(2, dtype=np.float32)
         self.progress_reward = float(progress_reward)
         self.progress_distance = progress_distance
+        self.room_discovery_reward = float(room_discovery_reward)
+        if not math.isfinite(self.room_discovery_reward) or self.room_discovery_reward < 0:
+            raise ValueError(f"room_discovery_reward must be a finite number >= 0, got {room_discovery_reward!r}")
+        self._rooms_entered: set[int] = set()
         self._walking: Callable[[float, float], float] | None = None
         self._last_distance = 0.0
 
@@ -70,6 +83,7 @@ class PointNav(TaskEnv):
         if self.progress_reward and self.progress_distance == "geodesic":
             self._walking = self.backend.walking_distances(goal[:2])
         self._last_distance = self._progress_distance()
+        self._rooms_entered = {self.backend.room()} if self.room_discovery_reward else set()
 
     def _progress_distance(self) -> float:
         """The distance the progress shaping reduces (module docstring)."""
@@ -84,11 +98,17 @@ class PointNav(TaskEnv):
 
     def _reward(self) -> tuple[float, bool]:
         success = float(self._goal_vector()[0]) <= SUCCESS_DISTANCE
-        if not self.progress_reward:
-            return -STEP_PENALTY + (1.0 if success else 0.0), success
-        distance = self._progress_distance()
-        progress, self._last_distance = self._last_distance - distance, distance
-        return -STEP_PENALTY + (1.0 if success else 0.0) + self.progress_reward * progress, success
+        reward = -STEP_PENALTY + (1.0 if success else 0.0)
+        if self.progress_reward:
+            distance = self._progress_distance()
+            progress, self._last_distance = self._last_distance - distance, distance
+            reward += self.progress_reward * progress
+        if self.room_discovery_reward:
+            room = self.backend.room()
+            if room >= 0 and room not in self._rooms_entered:  # -1: in a doorway, in no room
+                self._rooms_entered.add(room)
+                reward += self.room_discovery_reward
+        return reward, success
 
     def _observation(self) -> np.ndarray:
         return self._view.rgb.copy()

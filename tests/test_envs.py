@@ -257,6 +257,40 @@ def test_pointnav_geodesic_progress_shaping():
     with pytest.raises(NotImplementedError, match="straight"):
         SceneBackend().walking_distances(np.zeros(2))
 
+def test_room_discovery_reward_pays_each_new_room_once_per_episode():
+    """room_discovery_reward (a training recipe): paid the first time in an episode the robot stands in a room
+    other than its start room, on top of the shaped reward bit for bit, never again that episode, and afresh
+    after a reset; a bad value is refused."""
+    bonus = 0.25
+    shaped = dict(layouts=[0], progress_reward=1.0)
+    plain = gym.make("gradleak/PointNav-v0", **shaped)
+    found = gym.make("gradleak/PointNav-v0", **shaped, room_discovery_reward=bonus)
+    try:
+        for episode in range(2):
+            for env in (plain, found):
+                env.reset(seed=episode)
+            u = found.unwrapped
+            start, (sx, sy, _, _) = u.backend.room(), u.backend.pose()
+            goal = u.goal_position
+            other = next(r for r in u.backend.apartment.rooms if r.index != start)
+            x0, y0, x1, y1 = other.inner
+            xy = next((x, y) for x in np.linspace(x0 + 0.4, x1 - 0.4, 7) for y in np.linspace(y0 + 0.4, y1 - 0.4, 7)
+                      if not u.backend.robot.collides_at(float(x), float(y)) and math.dist((x, y), goal) > 1.5)
+            paid = []
+            for x, y in (xy, xy, (sx, sy)):  # into the other room, stay there, back to the start
+                for env in (plain, found):
+                    env.unwrapped.backend.robot.set_pose(float(x), float(y), 0.0)
+                a, b = plain.step(1)[1], found.step(1)[1]  # a turn: no move, so only the room counts
+                paid.append(b - a)
+            assert paid == [pytest.approx(bonus, abs=1e-12), 0.0, 0.0], paid
+    finally:
+        plain.close()
+        found.close()
+    for bad in (-0.1, float("nan")):
+        with pytest.raises(ValueError, match="room_discovery_reward"):
+            gym.make("gradleak/PointNav-v0", layouts=[0], room_discovery_reward=bad)
+
+
 def test_invalid_layouts():
     with pytest.raises(InvalidLayoutError, match="out of range"):
         PointNavEnv(layouts=[120])
