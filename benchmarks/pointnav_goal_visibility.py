@@ -69,23 +69,22 @@ def episode_classes(task: str, image_size: int, episodes: int, seed: int) -> lis
 def roll_out(task: str, victim: str | None, seeds: list[int], image_size: int = 64) -> list[dict]:
     """Val episodes (one per seed) acted by ``victim``'s trained policy (None: the random policy at
     ``image_size``), its actions sampled as validation samples them, from a numpy Generator seeded with the
-    episode's seed: per episode the poses (x, y, yaw) from the start, the rooms it stood in, the goal and
-    whether it was reached."""
+    episode's seed: per episode the poses (x, y, yaw) from the start, the metres walked, the rooms it stood
+    in, the goal and whether it was reached."""
     import gymnasium as gym
     import torch
 
+    from gradleak_bench.dataset import make_actor
     from gradleak_bench.tasks import get_task
     from gradleak_bench.victims.checkpoint import load_victim
-    from gradleak_bench.victims.continuous_rollout import ContinuousActor, random_action
-    from gradleak_bench.victims.policies import PolicyActor
+    from gradleak_bench.victims.continuous_rollout import random_action
 
     torch.set_num_threads(1)
     actor = None
     if victim is not None:
         loaded = load_victim(task, victim, "trained")
         image_size = loaded.spec.image_size
-        continuous = get_task(task).action_kind == "continuous"
-        actor = (ContinuousActor if continuous else PolicyActor)(loaded.policy, loaded.spec.algo)
+        actor = make_actor(loaded)
     env = gym.make(get_task(task).gym_id, layouts="val", image_size=image_size)
     paths = []
     try:
@@ -99,8 +98,9 @@ def roll_out(task: str, victim: str | None, seeds: list[int], image_size: int = 
                 poses.append(info["pose"])
                 rooms.append(info["room"])
                 done = terminated or truncated
-            paths.append({"poses": np.array(poses, dtype=np.float64), "rooms": rooms,
-                          "goal": np.asarray(info["goal_position"], dtype=np.float64),
+            xy = np.array(poses, dtype=np.float64)
+            paths.append({"poses": xy, "walked_m": float(np.hypot(*np.diff(xy[:, :2], axis=0).T).sum()),
+                          "rooms": rooms, "goal": np.asarray(info["goal_position"], dtype=np.float64),
                           "reached": bool(info["success"])})
     finally:
         env.close()
@@ -112,7 +112,7 @@ def search(task: str, victim: str | None, rows: list[dict], seed: int, image_siz
     share of episodes in which it leaves its start room."""
     seeds = [seed + row["episode"] for row in rows if row["class"] == "hidden"]
     paths = roll_out(task, victim, seeds, image_size)
-    walked = [float(np.hypot(*np.diff(path["poses"][:, :2], axis=0).T).sum()) for path in paths]
+    walked = [path["walked_m"] for path in paths]
     left = [len(set(path["rooms"])) > 1 for path in paths]
     return {"episodes": len(paths), "median_walked_m": round(float(np.median(walked)), 2),
             "left_start_room": round(float(np.mean(left)), 3)}
@@ -171,20 +171,20 @@ def main() -> None:
         classes[f"{task}@{size}"] = {"summary": summary, "episodes": rows}
     # the docs table's rows: each victim's trained policy, then the random policy once per task (its actions
     # come from the episode seeds alone, so it is the same on every victim's episodes of a task)
-    rows = [{"who": f"`{v['victim']}` trained", **v["policies"]["trained"],
-             "search": v["hidden_goal_search"]["trained"]} for v in victims]
+    table = [{"who": f"`{v['victim']}` trained", **v["policies"]["trained"],
+              "search": v["hidden_goal_search"]["trained"]} for v in victims]
     for task in dict.fromkeys(v["victim"].split("/")[0] for v in victims):
         first = next(v for v in victims if v["victim"].startswith(f"{task}/"))
-        rows.append({"who": f"random policy, {task}", **first["policies"]["random"],
-                     "search": first["hidden_goal_search"]["random"]})
-    for row in rows:
+        table.append({"who": f"random policy, {task}", **first["policies"]["random"],
+                      "search": first["hidden_goal_search"]["random"]})
+    for row in table:
         k = sum(row[c]["successes"] for c in CLASSES)
         n = sum(row[c]["episodes"] for c in CLASSES)
         row["all"] = {"episodes": n, "successes": k, "success_rate": k / n}
     OUT.write_text(json.dumps({"what": __doc__.splitlines()[0], "headings": HEADINGS, "seed": VALIDATION_SEED,
-                               "rows": rows, "classes": classes, "victims": victims}, indent=1) + "\n")
+                               "rows": table, "classes": classes, "victims": victims}, indent=1) + "\n")
     print(f"{'policy':<44} " + " ".join(f"{c:>16}" for c in (*CLASSES, "all")) + "  hidden: walked, left room")
-    for row in rows:
+    for row in table:
         cells = [f"{row[c]['successes']:>3}/{row[c]['episodes']:<3} {100 * (row[c]['success_rate'] or 0):5.1f}%"
                  for c in (*CLASSES, "all")]
         print(f"{row['who']:<44} " + " ".join(f"{cell:>16}" for cell in cells)

@@ -76,9 +76,8 @@ def main() -> None:
             ax.plot(poses[:, 0], poses[:, 1], "-", color="#1f5fbf", lw=1.0, label="path")
             x, y, yaw = poses[0]
             ax.plot(x, y, marker=(3, 0, math.degrees(yaw) - 90), color="k", ms=8, ls="", label="start")
-            walked = np.hypot(*np.diff(poses[:, :2], axis=0).T).sum()
             outcome = (f"reached in {len(poses) - 1} steps" if reached else "not reached in 200 steps") + \
-                f", walked {walked:.1f} m"
+                f", walked {path['walked_m']:.1f} m"
             ax.set_title(f"{victim}: {outcome}\nval episode {row['episode']}, goal {row['walking_m']:.1f} m away "
                          "(walking)",
                          fontsize=7)
