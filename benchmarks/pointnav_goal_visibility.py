@@ -23,18 +23,25 @@ episodes in which it leaves the room it started in.
 Run: OMP_NUM_THREADS=1 python benchmarks/pointnav_goal_visibility.py   (about 10 CPU-minutes: 1.5 to classify,
 the rest to roll each trained victim and the random policy out on the 72 hidden-goal episodes)
 Writes benchmarks/results/pointnav_goal_visibility.json (docs/tasks.md, "Why PointNav success stops near 35%").
+
+``--trial PointNav/ppo_84 --set env_kwargs.room_discovery_reward=0.25`` measures a finished recipe trial's
+hidden-goal search the same way, beside the published weights' (a few CPU-minutes), into
+benchmarks/results/pointnav_goal_visibility_trials.json.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "pointnav_goal_visibility.json"
+TRIALS = ROOT / "benchmarks" / "results" / "pointnav_goal_visibility_trials.json"
 HEADINGS = 24
 CLASSES = ("in view", "turn to see", "hidden")
 
@@ -66,11 +73,11 @@ def episode_classes(task: str, image_size: int, episodes: int, seed: int) -> lis
     return rows
 
 
-def roll_out(task: str, victim: str | None, seeds: list[int], image_size: int = 64) -> list[dict]:
-    """Val episodes (one per seed) acted by ``victim``'s trained policy (None: the random policy at
-    ``image_size``), its actions sampled as validation samples them, from a numpy Generator seeded with the
-    episode's seed: per episode the poses (x, y, yaw) from the start, the metres walked, the rooms it stood
-    in, the goal and whether it was reached."""
+def roll_out(task: str, victim: Any, seeds: list[int], image_size: int = 64) -> list[dict]:
+    """Val episodes (one per seed) acted by ``victim``'s trained policy (a zoo name, or a loaded victim such as
+    a recipe trial's; None: the random policy at ``image_size``), its actions sampled as validation samples
+    them, from a numpy Generator seeded with the episode's seed: per episode the poses (x, y, yaw) from the
+    start, the metres walked, the rooms it stood in, the goal and whether it was reached."""
     import gymnasium as gym
     import torch
 
@@ -82,7 +89,7 @@ def roll_out(task: str, victim: str | None, seeds: list[int], image_size: int = 
     torch.set_num_threads(1)
     actor = None
     if victim is not None:
-        loaded = load_victim(task, victim, "trained")
+        loaded = load_victim(task, victim, "trained") if isinstance(victim, str) else victim
         image_size = loaded.spec.image_size
         actor = make_actor(loaded)
     env = gym.make(get_task(task).gym_id, layouts="val", image_size=image_size)
@@ -107,15 +114,15 @@ def roll_out(task: str, victim: str | None, seeds: list[int], image_size: int = 
     return paths
 
 
-def search(task: str, victim: str | None, rows: list[dict], seed: int, image_size: int) -> dict:
-    """How far the policy gets from where it starts in the hidden-goal episodes: median metres walked and the
-    share of episodes in which it leaves its start room."""
+def search(task: str, victim: Any, rows: list[dict], seed: int, image_size: int) -> dict:
+    """How far the policy gets from where it starts in the hidden-goal episodes: median metres walked, the
+    share of episodes in which it leaves its start room, and how many of those goals it reaches."""
     seeds = [seed + row["episode"] for row in rows if row["class"] == "hidden"]
     paths = roll_out(task, victim, seeds, image_size)
     walked = [path["walked_m"] for path in paths]
     left = [len(set(path["rooms"])) > 1 for path in paths]
     return {"episodes": len(paths), "median_walked_m": round(float(np.median(walked)), 2),
-            "left_start_room": round(float(np.mean(left)), 3)}
+            "left_start_room": round(float(np.mean(left)), 3), "reached": sum(path["reached"] for path in paths)}
 
 
 def by_class(rows: list[dict], successes: list[int]) -> dict[str, dict]:
@@ -130,12 +137,53 @@ def by_class(rows: list[dict], successes: list[int]) -> dict[str, dict]:
     return out
 
 
+def trial_search(victim: str, changes: list[str]) -> None:
+    """``--trial``: the hidden-goal search of a finished recipe trial (benchmarks/victim_recipes.py, its
+    checkpoint in the training cache) beside the published weights', on the classes this benchmark wrote;
+    recorded in TRIALS by the trial's config hash."""
+    from gradleak_bench.tasks import get_task
+    from gradleak_bench.victims.card import cached_dir
+    from gradleak_bench.victims.checkpoint import load_located
+    from gradleak_bench.victims.validation import VALIDATION_SEED
+    from gradleak_bench.victims.zoo import get_victim
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from victim_recipes import variant
+
+    zoo = get_victim(*victim.split("/"))
+    spec = variant(zoo, changes, None)
+    weights = cached_dir(spec) / "trained.safetensors"
+    if not weights.is_file():
+        run = f"benchmarks/victim_recipes.py {victim} " + " ".join(f"--set {c}" for c in changes)
+        raise SystemExit(f"no finished trial {spec.config_hash()} in {weights.parent}: run {run}")
+    sha = json.loads(weights.with_suffix(".json").read_text())["weights_sha256"]
+    trial = load_located(spec, get_task(spec.task), "trained", (weights, sha))
+    rows = json.loads(OUT.read_text())["classes"][f"{spec.task}@{spec.image_size}"]["episodes"]
+    result = {"victim": victim, "changes": changes, "config_hash": spec.config_hash(),
+              "trial": search(spec.task, trial, rows, VALIDATION_SEED, spec.image_size),
+              "published": search(spec.task, zoo.name, rows, VALIDATION_SEED, spec.image_size)}
+    recorded = [r for r in (json.loads(TRIALS.read_text()) if TRIALS.is_file() else [])
+                if r["config_hash"] != result["config_hash"]]
+    TRIALS.write_text(json.dumps([*recorded, result], indent=1) + "\n")
+    for who in ("trial", "published"):
+        r = result[who]
+        print(f"{who:<10} hidden goals: walked {r['median_walked_m']:.2f} m (median), left the start room "
+              f"{r['left_start_room']:.0%}, reached {r['reached']} of {r['episodes']}")
+    print(f"wrote {TRIALS.relative_to(ROOT)}")
+
+
 def main() -> None:
     from gradleak_bench.victims.validation import VALIDATION_EPISODES, VALIDATION_SEED
     from gradleak_bench.victims.zoo import get_victim
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.parse_args()
+    parser.add_argument("--trial", metavar="TASK/VICTIM", help="a finished recipe trial's hidden-goal search "
+                        "beside the published weights' (with the trial's --set changes)")
+    parser.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    if args.trial:
+        trial_search(args.trial, args.changes)
+        return
     validations = sorted((ROOT / "envs" / "checkpoints").glob("PointNav*/*/validation.json"))
     episodes: dict[tuple[str, int], list[dict]] = {}
     victims, searched_random = [], {}
