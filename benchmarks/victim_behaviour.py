@@ -72,7 +72,7 @@ def behaviour(victim_name: str, checkpoint: str, episodes: int) -> dict:
         env.close()
     names = [a.name for a in task.actions]
     return {"victim": victim_name, "checkpoint": checkpoint, "image_size": victim.spec.image_size,
-            "episodes": episodes, "steps": len(probs), "success_rate": float(np.mean(successes)),
+            "weights_sha256": victim.meta.get("weights_sha256"), "episodes": episodes, "steps": len(probs), "success_rate": float(np.mean(successes)),
             "mean_episode_length": float(np.mean(lengths)),
             "mean_probability": dict(zip(names, np.round(np.mean(probs, axis=0), 4).tolist())),
             "mean_entropy": round(float(np.mean(entropies)), 4), "uniform_entropy": round(float(np.log(len(names))), 4)}

@@ -31,7 +31,7 @@ import h5py
 import numpy as np
 
 from gradleak_bench import split_identity, splits
-from gradleak_bench.errors import ChecksumMismatchError, CorruptFileError, SplitMismatchError
+from gradleak_bench.errors import ChecksumMismatchError, CorruptFileError, GradleakError, SplitMismatchError
 # the split's description lives in a light module (a run resolves it before importing this one)
 from gradleak_bench.dataset_config import (
     DEFAULT_BACKEND, FIRST8, TRACE_WINDOWS, DatasetConfig, check_protocol, split_config,
@@ -313,6 +313,27 @@ def identity_header(config: DatasetConfig) -> dict[str, Any]:
             "loss": victim.spec.loss.to_dict()}
 
 
+def other_weights(dataset: EpisodeDataset) -> str | None:
+    """How the victim checkpoint or loss a dataset was generated with differs from the ones its config names
+    now (None: the same). An official split's manifest record catches a retrained victim
+    (:func:`check_official`), but an unofficial draw -- the train episodes priors and attackers' auxiliary data
+    are fitted on, another seed -- has no record, so its stored identity header is compared with the
+    checkpoint file that would generate it today (issue 37: a victim retrained in place keeps its name)."""
+    from gradleak_bench.victims.card import weights_sha256
+    from gradleak_bench.victims.zoo import get_victim
+
+    config, header = dataset.config, dataset.identity_header or {}
+    made_with = header.get("weights_sha256")
+    now = weights_sha256(config.task, config.victim, config.checkpoint)
+    if made_with != now:
+        short = lambda sha: "its seeded initialisation" if sha is None else f"weights {sha[:12]}"  # noqa: E731
+        return (f"it was generated with {short(made_with)} of {config.task}/{config.victim}/{config.checkpoint}, "
+                f"which is now {short(now)} (retrained since?)")
+    if header.get("loss") != get_victim(config.task, config.victim).loss.to_dict():
+        return f"it was generated with another loss of {config.task}/{config.victim} than the zoo's"
+    return None
+
+
 def write(path: Path, config: DatasetConfig, episodes: Iterable[Episode]) -> str:
     """Write the dataset atomically; returns its content sha256 (its identity is stored beside it).
 
@@ -583,9 +604,10 @@ def load_or_generate(config: DatasetConfig, path: Path | None = None, progress: 
     """Open the dataset of ``config`` (from the cache unless ``path`` names a file), generating it first when
     absent (one layout per unit on ``executor``, streamed to disk), and verify it.
 
-    A cached file written by an older format, or one that is not the official split its config names, is
-    regenerated at most once; if the fresh one is still not official, :class:`SplitMismatchError` says which
-    episodes and fields differ. A file that fails its own content check (edited, truncated, bit-flipped) is
+    A cached file written by an older format, by other weights or another loss of its victim
+    (:func:`other_weights`), or one that is not the official split its config names, is regenerated at most
+    once (a file named by ``path`` made by other weights is an error instead); if the fresh one is still not
+    official, :class:`SplitMismatchError` says which episodes and fields differ. A file that fails its own content check (edited, truncated, bit-flipped) is
     never deleted: the error says so and what to do. Comparing with the official split is
     :func:`check_official`'s job; its verdict on a fresh file is cached here."""
     in_cache = path is None
@@ -604,6 +626,14 @@ def load_or_generate(config: DatasetConfig, path: Path | None = None, progress: 
         if dataset.config != config:
             raise CorruptFileError(f"{path} holds dataset {dataset.config.key}, not {config.key}. Move it away or "
                                    f"generate {config.key} into another folder.")
+        stale = other_weights(dataset)
+        if stale is not None:
+            if not in_cache or regenerated:
+                raise GradleakError(f"dataset {path} does not match its victim: {stale}. Delete it and run the "
+                                    "command again to generate it with the current weights.")
+            warnings.warn(f"cached dataset {path}: {stale}; generating it again", stacklevel=2)
+            path.unlink()
+            continue
         if _stamp_holds(dataset):
             return dataset
         verified = dataset.verify()

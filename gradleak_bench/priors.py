@@ -95,6 +95,10 @@ class PriorConfig:
     # The simulator of the train episodes; left out of to_dict (so of the key and the file) on PyBullet, so
     # every PyBullet prior keeps its cache file.
     backend: str = "pybullet"
+    # The sha256 of the checkpoint's weights file (None: an ``init`` rebuilt from its seed, and left out of
+    # to_dict): a victim retrained in place keeps its name, and its priors must be fitted on its new behaviour
+    # (issue 37), so they get a new cache file.
+    weights_sha256: str | None = None
 
     @property
     def max_episodes(self) -> int:
@@ -104,6 +108,8 @@ class PriorConfig:
         out = asdict(self)
         if self.backend == "pybullet":
             del out["backend"]
+        if self.weights_sha256 is None:
+            del out["weights_sha256"]
         return out
 
     @property
@@ -437,17 +443,22 @@ STEPS_ENV = "GRADLEAK_BENCH_PRIOR_STEPS"
 
 def config_for(task: str, victim: str, checkpoint: str, sequence_length: int,
                backend: str = "pybullet") -> PriorConfig:
-    """The standard :class:`PriorConfig` for a held-out dataset of ``sequence_length`` steps.
+    """The standard :class:`PriorConfig` for a held-out dataset of ``sequence_length`` steps, keyed by the
+    weights the victim's checkpoint has now.
 
     Raises:
-        GradleakError: If :data:`STEPS_ENV` is set to anything but a positive integer.
+        GradleakError: If :data:`STEPS_ENV` is set to anything but a positive integer, or the checkpoint has no
+            weights to fit on.
     """
+    from gradleak_bench.victims.card import weights_sha256
+
     raw = os.environ.get(STEPS_ENV, str(MAX_FIT_STEPS))
     if not raw.isdigit() or int(raw) < 1:
         raise GradleakError(f"{STEPS_ENV}={raw!r} is not a positive number of train steps; unset it (default "
                             f"{MAX_FIT_STEPS}) or set it to e.g. 1024.")
     return PriorConfig(task=task, victim=victim, checkpoint=checkpoint, sequence_length=int(sequence_length),
-                       max_steps=int(raw), backend=backend)
+                       max_steps=int(raw), backend=backend,
+                       weights_sha256=weights_sha256(task, victim, checkpoint))
 
 
 # ------------------------------------------------------------------------------------------ scorer references

@@ -54,6 +54,27 @@ def test_a_modified_file_fails_verification(tmp_path, tiny_config):
         datasets.open_dataset(path).verify()
 
 
+def test_a_cached_draw_made_with_other_weights_is_generated_again(monkeypatch, tmp_path, tiny_config):
+    """Issue 37: a victim retrained in place keeps its name. An official split's manifest record catches that;
+    an unofficial draw (the train episodes priors and attackers fit on, another seed) has none, so a cached
+    one made with other weights is generated again, and a file named by the user is refused."""
+    from gradleak_bench.errors import GradleakError
+
+    real = datasets.identity_header
+    old = {**real(tiny_config), "weights_sha256": "0" * 64}  # what the weights before the retraining recorded
+    monkeypatch.setattr(datasets, "identity_header", lambda config: old)
+    cached, named = datasets.default_path(tiny_config), tmp_path / "named.h5"
+    for path in (cached, named):
+        datasets.write(path, tiny_config, datasets.generate(tiny_config, progress=False))
+    monkeypatch.setattr(datasets, "identity_header", real)
+    assert "weights 000000000000" in datasets.other_weights(datasets.open_dataset(cached))
+    with pytest.warns(UserWarning, match="generating it again"):
+        fresh = datasets.load_or_generate(tiny_config, progress=False)
+    assert fresh.identity_header == real(tiny_config) and datasets.other_weights(fresh) is None
+    with pytest.raises(GradleakError, match="does not match its victim.*Delete it"):
+        datasets.load_or_generate(tiny_config, path=named, progress=False)
+
+
 def test_garbage_file_is_a_clear_error(tmp_path):
     path = tmp_path / "junk.h5"
     path.write_bytes(b"not an hdf5 file")

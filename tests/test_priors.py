@@ -138,6 +138,22 @@ def test_priors_are_fitted_on_train_layouts_only(monkeypatch):
     assert seen[0].seed == P.TRAIN_DATASET_SEED and seen[0].sequence_length == 8
 
 
+def test_a_retrained_victim_gets_priors_of_its_own(monkeypatch):
+    """Issue 37: a victim retrained in place keeps its name, so the standard prior config names the weights the
+    checkpoint has now; priors fitted on the old weights' behaviour sit under another key and are never
+    loaded for the new ones."""
+    from gradleak_bench.victims import card
+
+    published = card.weights_sha256("PointNav", "ppo", "trained")
+    config = P.config_for("PointNav", "ppo", "trained", 8)
+    assert config.weights_sha256 == published and config.to_dict()["weights_sha256"] == published
+    monkeypatch.setattr(card, "weights_sha256", lambda task, victim, checkpoint: "0" * 64)
+    retrained = P.config_for("PointNav", "ppo", "trained", 8)
+    assert retrained.key != config.key and P.cache_path(retrained) != P.cache_path(config)
+    # an init rebuilt from its seed has no weights file: the field is left out, as for configs made before it
+    assert "weights_sha256" not in CONFIG.to_dict()
+
+
 def test_calibrate_picks_the_best_prior_in_the_metric_direction():
     out = calibrate([3.0, 4.0, 5.0], {"a": [1.0, 1.0, 1.0], "b": [2.0, 3.0, 5.0]}, True, n_resamples=500)
     assert out["best_prior"] == "b" and out["leakage"]["mean"] == pytest.approx(2 / 3)

@@ -35,3 +35,56 @@ def test_a_frontier_run_of_other_weights_is_redone_and_left_out_of_the_report(tm
     stale["victim_weights_sha256"] = "0" * 64  # made on weights the victim was retrained from
     run.write_text(json.dumps(stale))
     assert not pf.current(run, weights) and pf.report()["finished_runs"] == 0
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _published_or_withdrawn(task: str, victim: str, checkpoint: str) -> str | None:
+    """The weights a study of this checkpoint must stand on: the published ones, or for a trained checkpoint
+    that did not learn, the withdrawn weights kept in ``not_learned/`` (what victim_behaviour.py explains)."""
+    from gradleak_bench.victims.zoo import NOT_LEARNED
+
+    spec = get_victim(task, victim)
+    if checkpoint == "trained" and spec.key in NOT_LEARNED:
+        return read_meta(packaged_dir(spec) / "not_learned" / "trained.json")["weights_sha256"]
+    return weights_sha256(task, victim, checkpoint)
+
+
+def test_victim_behaviour_stands_on_the_published_weights():
+    """Issue 37: when a victim is retrained, the studies of its behaviour are rerun, not left beside it."""
+    data = json.loads((ROOT / "docs" / "data" / "victim_behaviour.json").read_text())
+    for row in data["rows"]:
+        assert row.get("weights_sha256") == _published_or_withdrawn("PointNav", row["victim"], row["checkpoint"]), (
+            f"victim_behaviour.json's {row['victim']}/{row['checkpoint']} row scored other weights: rerun "
+            f"{data['command']}")
+
+
+def test_goal_visibility_stands_on_the_zoo_victims():
+    """The goal-visibility study splits each committed validation by episode class and rolls each trained
+    policy out again: its victims must be the zoo's (config hash) and their validations the committed ones
+    (whose weights tests/test_victim_validation.py holds to the published checkpoint)."""
+    data = json.loads((ROOT / "benchmarks" / "results" / "pointnav_goal_visibility.json").read_text())
+    validations = sorted((ROOT / "envs" / "checkpoints").glob("PointNav*/*/validation.json"))
+    assert sorted(v["victim"] for v in data["victims"]) == sorted(json.loads(p.read_text())["victim"]
+                                                                 for p in validations)
+    for victim in data["victims"]:
+        task, name = victim["victim"].split("/")
+        committed = json.loads((ROOT / "envs" / "checkpoints" / task / name / "validation.json").read_text())
+        assert victim["config_hash"] == get_victim(task, name).config_hash() == committed["config_hash"], (
+            f"{victim['victim']} was retrained since: rerun python benchmarks/pointnav_goal_visibility.py")
+
+
+def test_the_committed_prior_studies_fit_the_published_weights(monkeypatch):
+    """docs/priors.md's tables: each file names the prior config it scored, whose key holds the weights' sha256."""
+    from gradleak_bench import priors
+
+    monkeypatch.delenv(priors.STEPS_ENV, raising=False)  # the suite fits on fewer steps than the studies did
+    files = sorted((ROOT / "docs" / "data").glob("priors_*.json"))
+    assert files
+    for path in files:
+        data = json.loads(path.read_text())
+        task, victim, checkpoint = data["dataset"].split("-")[:3]
+        length = int(data["prior_config"].split("-t")[-1].split("-")[0])
+        expected = priors.config_for(task, victim, checkpoint, length).key
+        assert data["prior_config"] == expected, f"{path.name} fitted other weights: rerun {data['command']}"

@@ -71,6 +71,26 @@ def test_fine_tuning_starts_from_the_trained_checkpoint_and_keys_its_own_cache()
         with_budget(spec, start="best")
 
 
+def test_fine_tuning_a_retrained_victim_is_a_fresh_run(monkeypatch):
+    """Issue 37: a victim retrained in place keeps its name, so a ``trained`` start names the weights it loads:
+    fine-tuning the new weights gets its own cache (config hash), and a run set up for the old weights refuses
+    to start from the new ones instead of resuming on them."""
+    from gradleak_bench.errors import GradleakError
+    from gradleak_bench.victims import training
+    from gradleak_bench.victims.card import weights_sha256
+    from gradleak_bench.victims.training import _start_weights, with_budget
+
+    spec = get_victim("PointNav", "ppo_compact")
+    tuned = with_budget(spec, budget=256, start="trained")
+    assert tuned.train.start_weights == weights_sha256("PointNav", "ppo_compact", "trained")
+    assert "start_weights" not in with_budget(spec, budget=256).to_dict()["train"]
+    monkeypatch.setattr(training, "weights_sha256", lambda task, victim, checkpoint: "0" * 64)
+    retrained = with_budget(spec, budget=256, start="trained")
+    assert retrained.config_hash() != tuned.config_hash()
+    with pytest.raises(GradleakError, match="retrained since"):
+        _start_weights(retrained)
+
+
 def _small_sac():
     """The zoo's SAC with a small buffer and an early start, so a few hundred steps take gradient steps."""
     import dataclasses

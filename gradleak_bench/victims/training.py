@@ -23,7 +23,7 @@ from gradleak_bench.errors import CorruptFileError, GradleakError
 from gradleak_bench.paths import atomic_write_bytes, file_sha256
 from gradleak_bench.tasks import get_task
 from gradleak_bench.victims.checkpoint import load_victim, save_checkpoint
-from gradleak_bench.victims.card import cached_dir
+from gradleak_bench.victims.card import cached_dir, weights_sha256
 from gradleak_bench.victims.policies import algorithm_class, build_policy, resolve_policy_kwargs
 from gradleak_bench.victims.spaces import env_spaces
 from gradleak_bench.victims.validation import rollouts, wilson
@@ -300,7 +300,13 @@ def _start_weights(spec: VictimSpec) -> dict[str, torch.Tensor]:
     network) has no committed checkpoint: it starts from its own seeded initialisation."""
     zoo = get_victim(spec.task, spec.name)
     if dataclasses.replace(spec, train=zoo.train, description=zoo.description) == zoo:
-        return load_victim(spec.task, spec.name, spec.train.start).policy.state_dict()
+        victim = load_victim(spec.task, spec.name, spec.train.start)
+        loaded = victim.meta.get("weights_sha256")
+        if spec.train.start_weights is not None and loaded != spec.train.start_weights:
+            raise GradleakError(f"{spec.key}'s {spec.train.start!r} checkpoint is now weights {str(loaded)[:12]}, "
+                                f"not the {spec.train.start_weights[:12]} this run was set up to start from: the "
+                                "victim was retrained since. Run the command again.")
+        return victim.policy.state_dict()
     if spec.train.start != "init":
         raise GradleakError(f"{spec.key} differs from the zoo's victim in more than its training, so it has no "
                             f"committed {spec.train.start!r} checkpoint to start from; start from init.")
@@ -310,12 +316,19 @@ def _start_weights(spec: VictimSpec) -> dict[str, torch.Tensor]:
 def with_budget(spec: VictimSpec, budget: int | None = None, seed: int | None = None,
                 start: str | None = None) -> VictimSpec:
     """``spec`` with another training budget, training seed and/or starting checkpoint (``init`` or
-    ``trained``), and so another config hash."""
+    ``trained``), and so another config hash. A ``trained`` start is resolved here to the sha256 of the
+    checkpoint's weights (part of the hash), so a victim retrained since gets a fresh fine-tuning run.
+
+    Raises:
+        GradleakError: an unknown start, a budget under one step, or a ``trained`` start with no trained
+            checkpoint (what to train, or why it is not published).
+    """
     train = spec.train
     if start is not None:
         if start not in TRAINING_STARTS:
             raise GradleakError(f"training can start from {' or '.join(TRAINING_STARTS)}, got {start!r}")
-        train = dataclasses.replace(train, start=start)
+        weights = weights_sha256(spec.task, spec.name, start) if start != "init" else None
+        train = dataclasses.replace(train, start=start, start_weights=weights)
     if budget is not None:
         if budget < 1:
             raise GradleakError(f"the training budget must be at least 1 environment step, got {budget}")

@@ -31,6 +31,10 @@ class TrainSpec:
     # The weights training starts from: ``init`` (the seeded initialisation) or ``trained`` (the victim's committed
     # trained checkpoint: federated fine-tuning of a shared model, what the PointNav frontier measures).
     start: str = "init"
+    # The sha256 of the weights a ``trained`` start loads (resolved by ``training.with_budget``), so a
+    # fine-tuning run is cached under the weights it starts from: a victim retrained in place keeps its name
+    # (issue 37), and fine-tuning its new weights must not resume the old weights' run.
+    start_weights: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,8 @@ class VictimSpec:
             # Left out at its default so that every spec's config hash (and so every committed checkpoint and
             # official split) is what it was before fine-tuning existed.
             del d["train"]["start"]
+        if d["train"]["start_weights"] is None:
+            del d["train"]["start_weights"]
         return d
 
     def config_hash(self) -> str:
