@@ -182,11 +182,12 @@ _PPO = _ppo("ppo", {}, 512_000, "PPO, SB3 CnnPolicy (NatureCNN, 604k parameters)
 # ppo_84 keeps the straight-line shaping it was published with: the walking distance gave it nothing at 84x84
 # (30.8% either way, docs/tasks.md)
 _PPO_STRAIGHT = _ppo("ppo", {}, 512_000, "PPO, SB3 CnnPolicy (NatureCNN), progress shaping on the straight line")
+# issue 37: TRACE's A2C budget (5,000 updates x 512 steps; was 300k), the recipe unchanged
 _A2C = VictimSpec(
     task="PointNav", name="a2c", algo="a2c", policy="CnnPolicy", policy_kwargs={},
     loss=LossSpec(algo="a2c", gamma=0.99, gae_lambda=1.0, ent_coef=0.01, vf_coef=0.5,
                   advantage_normalization="none"),
-    train=TrainSpec(total_timesteps=300_000, n_envs=4, seed=1, hyperparams=dict(
+    train=TrainSpec(total_timesteps=2_560_000, n_envs=4, seed=1, hyperparams=dict(
         n_steps=16, learning_rate=7e-4, ent_coef=0.01, vf_coef=0.5, gamma=0.99, gae_lambda=1.0,
         max_grad_norm=0.5), env_kwargs=SHAPED),
     init_seed=1,  # distinct initial weights from the PPO victim of the same architecture
