@@ -151,7 +151,10 @@ def _title(run: dict[str, Any]) -> str:
     if not progress:
         return run["victim"]
     recipe = "" if progress["recipe"] == ["the zoo's"] else f", {', '.join(progress['recipe'])}"
-    return (f"{run['victim']}{recipe}\nin progress: {progress['timesteps'] / 1000:,.0f}k of "
+    # a run that reached its budget is drawn here until its checkpoint is published (validated, its splits and
+    # everything built on it rebuilt)
+    state = "done, not yet published" if progress["timesteps"] >= progress["budget"] else "in progress"
+    return (f"{run['victim']}{recipe}\n{state}: {progress['timesteps'] / 1000:,.0f}k of "
             f"{progress['budget'] / 1000:,.0f}k steps, {progress['cpu_hours']} CPU-h")
 
 

@@ -206,7 +206,11 @@ def recorded_actions(config: DatasetConfig) -> dict[str, tuple[int, ...]]:
     """The executed actions of every episode of an official split (empty for any other config): generation
     replays them, so the episodes do not depend on how this CPU rounds the policy's probabilities."""
     record = splits.split_record(config.key, config.manifest)
-    return {} if record is None else {e.episode_id: e.actions for e in record.episodes}
+    if record is None or _other_victim(config, record.header) is not None:
+        # a record made by other weights (the victim retrained since) holds the old policy's choices: the
+        # episodes of these weights are sampled from them, never replayed (issue 37)
+        return {}
+    return {e.episode_id: e.actions for e in record.episodes}
 
 
 def generate(config: DatasetConfig, progress: bool = True, limit: int | None = None,
@@ -319,10 +323,14 @@ def other_weights(dataset: EpisodeDataset) -> str | None:
     (:func:`check_official`), but an unofficial draw -- the train episodes priors and attackers' auxiliary data
     are fitted on, another seed -- has no record, so its stored identity header is compared with the
     checkpoint file that would generate it today (issue 37: a victim retrained in place keeps its name)."""
+    return _other_victim(dataset.config, dataset.identity_header or {})
+
+
+def _other_victim(config: DatasetConfig, header: dict[str, Any]) -> str | None:
+    """:func:`other_weights` of an identity header (a dataset's, or an official split record's)."""
     from gradleak_bench.victims.card import weights_sha256
     from gradleak_bench.victims.zoo import get_victim
 
-    config, header = dataset.config, dataset.identity_header or {}
     made_with = header.get("weights_sha256")
     now = weights_sha256(config.task, config.victim, config.checkpoint)
     if made_with != now:

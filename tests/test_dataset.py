@@ -75,6 +75,18 @@ def test_a_cached_draw_made_with_other_weights_is_generated_again(monkeypatch, t
         datasets.load_or_generate(tiny_config, path=named, progress=False)
 
 
+def test_a_split_recorded_by_other_weights_is_sampled_not_replayed(monkeypatch):
+    """Issue 37: an official split replays its recorded actions so that its episodes do not depend on how a CPU
+    rounds the policy's probabilities; a record made by other weights (the victim retrained since) holds the old
+    policy's choices, so re-recording the retrained victim's split must sample its own."""
+    from gradleak_bench.victims import card
+
+    config = datasets.standard_config("PointNav", "ppo_compact", "init", "test")
+    assert len(datasets.recorded_actions(config)) == 48
+    monkeypatch.setattr(card, "weights_sha256", lambda task, victim, checkpoint: "0" * 64)
+    assert datasets.recorded_actions(config) == {}
+
+
 def test_garbage_file_is_a_clear_error(tmp_path):
     path = tmp_path / "junk.h5"
     path.write_bytes(b"not an hdf5 file")

@@ -120,3 +120,16 @@ def test_both_figures_are_drawn_outside_the_working_tree(curves, tmp_path):
     for metric in ("success", "return"):
         out = curves.draw(runs, metric, tmp_path / "img" / f"{metric}.png")
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_snapshot_at_its_budget_reads_done_until_published(curves):
+    """A run that reached its budget is still drawn from its snapshot until its checkpoint is published; its
+    panel must not say it is still training."""
+    progress = {"recipe": ["the zoo's"], "budget": 2_560_000, "cpu_hours": 3.79}
+
+    def title(steps: int) -> str:
+        return curves._title({"victim": "PointNav/a2c", "in_progress": {**progress, "timesteps": steps}})
+
+    assert "done, not yet published: 2,560k of 2,560k" in title(2_560_004)
+    assert "in progress: 1,454k of 2,560k" in title(1_454_104)
+    assert curves._title({"victim": "PointNav/ppo", "in_progress": None}) == "PointNav/ppo"
