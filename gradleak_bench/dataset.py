@@ -615,9 +615,10 @@ def load_or_generate(config: DatasetConfig, path: Path | None = None, progress: 
     A cached file written by an older format, by other weights or another loss of its victim
     (:func:`other_weights`), or one that is not the official split its config names, is regenerated at most
     once (a file named by ``path`` made by other weights is an error instead); if the fresh one is still not
-    official, :class:`SplitMismatchError` says which episodes and fields differ. A file that fails its own content check (edited, truncated, bit-flipped) is
-    never deleted: the error says so and what to do. Comparing with the official split is
-    :func:`check_official`'s job; its verdict on a fresh file is cached here."""
+    official, :class:`SplitMismatchError` says which episodes and fields differ. A file that fails its own
+    content check (edited, truncated, bit-flipped) is never deleted: the error says so and what to do.
+    Comparing with the official split is :func:`check_official`'s job; its verdict on a fresh file is cached
+    here."""
     in_cache = path is None
     path = Path(path) if path else default_path(config)
     for attempt in (1, 2):
