@@ -281,13 +281,6 @@ VICTIMS: dict[str, VictimSpec] = {
 
 
 NOT_LEARNED: dict[str, str] = {
-    "PointNav/a2c_84": "300k steps did not learn; a run toward TRACE's 2.56M steps is under way. "
-                       "300k A2C steps left it at 8.3% val success (2/24) against 12.5% for a random policy; "
-                       "issue 37's run toward TRACE's 2.56M steps (the same recipe) held 34-38% on its 32-episode "
-                       "learning curve from 360k to about 1.11M steps, where its progress was lost with a wiped "
-                       "cache; restarted, it held 25-44% from 229k to 2.33M steps (5.05 CPU-h; about 5.5 CPU-h "
-                       "for the whole budget on one core; its curve: docs/tasks.md, 'Learning curves'; resume with "
-                       "gradleak-bench --threads 1 train-victim PointNav --victim a2c_84 --budget 2560000)",
     "ActivePerception/reinforce": "no recipe learned on SB3's network, which flattens depth into its MLP; the "
                                   "paper's network did (reinforce_convdepth). "
                                   "Issue 37's recipe (200k steps, four 100-step episodes per update, lr 5e-4; 18 min "
