@@ -206,7 +206,7 @@ def recorded_actions(config: DatasetConfig) -> dict[str, tuple[int, ...]]:
     """The executed actions of every episode of an official split (empty for any other config): generation
     replays them, so the episodes do not depend on how this CPU rounds the policy's probabilities."""
     record = splits.split_record(config.key, config.manifest)
-    if record is None or _other_victim(config, record.header) is not None:
+    if record is None or other_weights(config, record.header) is not None:
         # a record made by other weights (the victim retrained since) holds the old policy's choices: the
         # episodes of these weights are sampled from them, never replayed (issue 37)
         return {}
@@ -317,17 +317,13 @@ def identity_header(config: DatasetConfig) -> dict[str, Any]:
             "loss": victim.spec.loss.to_dict()}
 
 
-def other_weights(dataset: EpisodeDataset) -> str | None:
-    """How the victim checkpoint or loss a dataset was generated with differs from the ones its config names
-    now (None: the same). An official split's manifest record catches a retrained victim
-    (:func:`check_official`), but an unofficial draw -- the train episodes priors and attackers' auxiliary data
-    are fitted on, another seed -- has no record, so its stored identity header is compared with the
-    checkpoint file that would generate it today (issue 37: a victim retrained in place keeps its name)."""
-    return _other_victim(dataset.config, dataset.identity_header or {})
-
-
-def _other_victim(config: DatasetConfig, header: dict[str, Any]) -> str | None:
-    """:func:`other_weights` of an identity header (a dataset's, or an official split record's)."""
+def other_weights(config: DatasetConfig, header: dict[str, Any]) -> str | None:
+    """How the victim checkpoint or loss an identity header (a dataset file's, or an official split record's)
+    was made with differs from the ones ``config`` names now (None: the same). An official split's manifest
+    record catches a retrained victim (:func:`check_official`), but an unofficial draw -- the train episodes
+    priors and attackers' auxiliary data are fitted on, another seed -- has no record, so its stored header is
+    compared with the checkpoint file that would generate it today (issue 37: a victim retrained in place keeps
+    its name); and a split record made by other weights must not be replayed (:func:`recorded_actions`)."""
     from gradleak_bench.victims.card import weights_sha256
     from gradleak_bench.victims.zoo import get_victim
 
@@ -635,7 +631,7 @@ def load_or_generate(config: DatasetConfig, path: Path | None = None, progress: 
         if dataset.config != config:
             raise CorruptFileError(f"{path} holds dataset {dataset.config.key}, not {config.key}. Move it away or "
                                    f"generate {config.key} into another folder.")
-        stale = other_weights(dataset)
+        stale = other_weights(config, dataset.identity_header or {})
         if stale is not None:
             if not in_cache or regenerated:
                 raise GradleakError(f"dataset {path} does not match its victim: {stale}. Delete it and run the "
