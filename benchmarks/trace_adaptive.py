@@ -85,6 +85,13 @@ def trim(results: dict) -> dict:
             "metrics": metrics}
 
 
+def split_identity() -> str | None:
+    """The official identity of the held-out windows every cell is scored on (PointNav/ppo trained,
+    ``trace-windows``): a split sampled anew (issue 37) redoes every cell, as new weights do."""
+    return splits.official_identity(dataset.standard_config("PointNav", "ppo", "trained", "test",
+                                                            protocol=TRACE_WINDOWS).key)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", choices=list(BUDGETS), default="small")
@@ -102,10 +109,7 @@ def main() -> None:
                 defenses=list(DEFENSES), defense_args={k: list(v[1:]) for k, v in DEFENSES.items()},
                 paper_claims=PAPER_CLAIMS)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    weights = weights_sha256("PointNav", "ppo", "trained")
-    # the held-out windows TRACE is scored on: a split sampled anew (issue 37) redoes every cell, as new weights do
-    split = splits.official_identity(dataset.standard_config("PointNav", "ppo", "trained", "test",
-                                                             protocol=TRACE_WINDOWS).key)
+    weights, split = weights_sha256("PointNav", "ppo", "trained"), split_identity()
     for defense in args.only or list(DEFENSES):
         for adaptive in ((False,) if defense == "none" or defense in args.plain_only else (False, True)):
             key = f"{defense}/{'adaptive' if adaptive else 'non-adaptive'}"

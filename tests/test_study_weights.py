@@ -101,3 +101,17 @@ def test_the_committed_defense_grids_stand_on_the_published_weights_and_splits()
         assert data.get("weights_sha256") == defense_grid.weights(name), f"grid {name} scored other weights: {rerun}"
         assert data.get("split_identities") == defense_grid.split_identities(name), (
             f"grid {name} scored another recording of its held-out split: {rerun}")
+
+
+def test_the_committed_adaptive_trace_cells_stand_on_the_published_weights_and_split():
+    """docs/trace.md's adaptive-vs-non-adaptive tables: every cell names the weights and the held-out split it
+    scored, which must be PointNav/ppo's published ones."""
+    import trace_adaptive
+
+    weights, split = weights_sha256("PointNav", "ppo", "trained"), trace_adaptive.split_identity()
+    assert split is not None
+    for budget, path in trace_adaptive.OUTS.items():
+        for key, cell in json.loads(path.read_text())["cells"].items():
+            assert (cell.get("weights_sha256"), cell.get("split_identity")) == (weights, split), (
+                f"{path.name}: cell {key} scored other weights or another recording of the split: rerun "
+                f"python benchmarks/trace_adaptive.py --budget {budget} (it redoes only such cells)")
