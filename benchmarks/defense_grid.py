@@ -115,8 +115,8 @@ def run_one(name: str, threads: int) -> int:
         print(f"{name}: failed with exit code {proc.returncode}; rerun to resume", file=sys.stderr)
         return proc.returncode
     grid = json.loads((ROOT / f"runs/grid_{name}" / "grid.json").read_text())
-    record = {"command": text, "weights_sha256": shas, "split_identities": identities, "threads": threads, "wall_seconds": round(wall, 1),
-              "cpus": os.cpu_count(),
+    record = {"command": text, "weights_sha256": shas, "split_identities": identities, "threads": threads,
+              "wall_seconds": round(wall, 1), "cpus": os.cpu_count(),
               "load_average_before": round(before[0], 2), "load_average_after": round(os.getloadavg()[0], 2),
               "note": "wall time on a shared 2-core machine; cells reused from an interrupted run are not timed",
               **trim(grid)}
