@@ -1,11 +1,12 @@
 """The defense grids behind docs/defenses.md: one committed command each, trimmed to a committed file.
 
 Each grid is one ``gradleak-bench grid`` (resumable: finished cells and utility runs are reused, so an
-interrupted grid resumes with the same command). A grid is redone when its victims' weights changed since it
-ran (the file records their sha256). Its ``grid.json`` is trimmed to what the docs tables need
-(per cell and metric: mean and CI, the best prior with the leakage over it, the swap control with the
-leakage over it; per setting the utility) and written to ``docs/data/grid_NAME.json`` with the command, wall
-time, thread count and machine load. ``tools/make_docs_tables.py`` renders the tables from those files.
+interrupted grid resumes with the same command). A grid is redone when its victims' weights or their
+held-out splits changed since it ran (the file records the weights' sha256 and the splits' identities). Its
+``grid.json`` is trimmed to what the docs tables need (per cell and metric: mean and CI, the best prior with
+the leakage over it, the swap control with the leakage over it; per setting the utility) and written to
+``docs/data/grid_NAME.json`` with the command, wall time, thread count and machine load.
+``tools/make_docs_tables.py`` renders the tables from those files.
 
 Run: python benchmarks/defense_grid.py [--only pointnav_closed_form ap_frontier] [--threads 1]
 """
@@ -81,13 +82,29 @@ def weights(name: str) -> dict[str, str | None]:
     return {f"{target}/{checkpoint}": weights_sha256(*target.split("/"), checkpoint) for target in targets}
 
 
+def split_identities(name: str) -> dict[str, str | None]:
+    """The official identity of each target's held-out split, on both data protocols (which one a cell reads is
+    its attack's): a split recorded again (issue 37: sampled anew for retrained weights) redoes the grid, as
+    new weights do."""
+    from gradleak_bench import dataset, splits
+    from gradleak_bench.dataset_config import PROTOCOLS
+
+    args = GRIDS[name]
+    checkpoint = args[args.index("--checkpoint") + 1]
+    split = args[args.index("--split") + 1] if "--split" in args else "test"
+    targets = [args[i + 1] for i, a in enumerate(args) if a == "-t"]
+    return {f"{target}/{checkpoint}/{protocol}": splits.official_identity(
+                dataset.standard_config(*target.split("/"), checkpoint, split, protocol=protocol).key)
+            for target in targets for protocol in PROTOCOLS}
+
+
 def run_one(name: str, threads: int) -> int:
     target = DATA / f"grid_{name}.json"
     cmd = command(name, threads)
     text = shlex.join(cmd)
-    shas = weights(name)
+    shas, identities = weights(name), split_identities(name)
     if target.is_file() and (done := json.loads(target.read_text())).get("command") == text \
-            and done.get("weights_sha256") == shas:
+            and done.get("weights_sha256") == shas and done.get("split_identities") == identities:
         print(f"{name}: done ({target.relative_to(ROOT)})")
         return 0
     print(f"{name}: {text}", flush=True)
@@ -98,8 +115,8 @@ def run_one(name: str, threads: int) -> int:
         print(f"{name}: failed with exit code {proc.returncode}; rerun to resume", file=sys.stderr)
         return proc.returncode
     grid = json.loads((ROOT / f"runs/grid_{name}" / "grid.json").read_text())
-    record = {"command": text, "weights_sha256": shas, "threads": threads, "wall_seconds": round(wall, 1),
-              "cpus": os.cpu_count(),
+    record = {"command": text, "weights_sha256": shas, "split_identities": identities, "threads": threads,
+              "wall_seconds": round(wall, 1), "cpus": os.cpu_count(),
               "load_average_before": round(before[0], 2), "load_average_after": round(os.getloadavg()[0], 2),
               "note": "wall time on a shared 2-core machine; cells reused from an interrupted run are not timed",
               **trim(grid)}

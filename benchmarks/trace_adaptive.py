@@ -7,8 +7,9 @@ epochs; docs/data/trace_adaptive.json) or ``quick`` (the whole quick preset, the
 run; docs/data/trace_adaptive_quick.json).
 The non-adaptive attacker is trained once on exact gradients and scored behind every defense; the adaptive
 one (``-A adaptive=true``) is trained per defense on auxiliary gradients released through that defense with
-its own random draws. Resumable: a cell already in the JSON on the victim's current weights (its
-``weights_sha256``) is skipped (``--force`` reruns; a cell of weights retrained since is redone), trained
+its own random draws. Resumable: a cell already in the JSON on the victim's current weights and held-out split
+(its ``weights_sha256`` and ``split_identity``) is skipped (``--force`` reruns; a cell of weights retrained
+since, or of a split recorded again since, is redone), trained
 attackers are cached, an interrupted ``evaluate`` resumes in its run folder, and the JSON is rewritten after
 every cell with the command, wall time (of this invocation: a resumed cell's covers the resume only; the
 attacker's training time is ``fit_seconds``), thread count and load average.
@@ -30,6 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from headline_leakage import finite  # noqa: E402  one rule for strict JSON in the committed result sets
 
+from gradleak_bench import dataset, splits  # noqa: E402
+from gradleak_bench.dataset_config import TRACE_WINDOWS  # noqa: E402
 from gradleak_bench.victims.card import weights_sha256  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,6 +85,13 @@ def trim(results: dict) -> dict:
             "metrics": metrics}
 
 
+def split_identity() -> str | None:
+    """The official identity of the held-out windows every cell is scored on (PointNav/ppo trained,
+    ``trace-windows``): a split sampled anew (issue 37) redoes every cell, as new weights do."""
+    return splits.official_identity(dataset.standard_config("PointNav", "ppo", "trained", "test",
+                                                            protocol=TRACE_WINDOWS).key)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", choices=list(BUDGETS), default="small")
@@ -99,16 +109,18 @@ def main() -> None:
                 defenses=list(DEFENSES), defense_args={k: list(v[1:]) for k, v in DEFENSES.items()},
                 paper_claims=PAPER_CLAIMS)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    weights = weights_sha256("PointNav", "ppo", "trained")
+    weights, split = weights_sha256("PointNav", "ppo", "trained"), split_identity()
     for defense in args.only or list(DEFENSES):
         for adaptive in ((False,) if defense == "none" or defense in args.plain_only else (False, True)):
             key = f"{defense}/{'adaptive' if adaptive else 'non-adaptive'}"
             done = data["cells"].get(key)
-            if done is not None and done.get("weights_sha256") == weights and not args.force:
+            current = done is not None and (done.get("weights_sha256"), done.get("split_identity")) == (weights, split)
+            if current and not args.force:
                 print(f"{key}: done, skipped", file=sys.stderr)
                 continue
-            if done is not None and not args.force:  # the victim was retrained since (issue 37): redo it
-                print(f"{key}: measured on other weights of the victim, redone", file=sys.stderr)
+            if done is not None and not args.force:  # retrained or re-recorded since (issue 37): redo it
+                print(f"{key}: measured on other weights of the victim or another recording of its split, redone",
+                      file=sys.stderr)
             cmd = command(defense, adaptive, args.episodes, args.threads, args.budget)
             out = ROOT / cmd[cmd.index("--out") + 1]
             print(f"{key}: {shlex.join(cmd)}", file=sys.stderr, flush=True)
@@ -119,7 +131,8 @@ def main() -> None:
                 print(proc.stderr[-3000:], file=sys.stderr)
                 raise SystemExit(f"{key} failed (exit {proc.returncode}); rerun to resume")
             cell = trim(json.loads((out / "results.json").read_text()))
-            cell.update(defense=defense, adaptive=adaptive, weights_sha256=weights, command=shlex.join(cmd),
+            cell.update(defense=defense, adaptive=adaptive, weights_sha256=weights, split_identity=split,
+                        command=shlex.join(cmd),
                         wall_seconds=round(wall, 1),
                         threads=args.threads, load_average=[round(load_before, 2), round(os.getloadavg()[0], 2)])
             if out_json.is_file():  # keep cells another invocation wrote meanwhile

@@ -1,12 +1,12 @@
 """What the PointNav victims learned: their action probabilities and entropy on the val layouts.
 
-Why: `a2c_84` (A2C at 84x84) ended 300k steps at 8.3% val success, under a random policy's 12.5%, while its
-64x64 twin `a2c` reached 37.5% with the same hyperparameters and budget. Success alone does not say what
-went wrong; the policy's own probabilities do. Each victim is rolled out on the val layouts as
-``gradleak_bench.victims.training.success_rate`` rolls it out (actions drawn from the policy, seeds 12345 +
-episode), and at every visited state the policy's probabilities are recorded: their mean per action (how
-much mass the policy puts on each action where it actually goes), the mean entropy (ln 5 = 1.609 is
-uniform), and the success rate of these episodes.
+Why: `a2c_84` (A2C at 84x84) ended its first 300k steps at 8.3% val success, under a random policy's 12.5%,
+while its 64x64 twin `a2c` reached 37.5% with the same hyperparameters and budget (at TRACE's 2.56M steps both
+learned, issue 37). Success alone does not say what a policy does; its own probabilities do. Each victim is
+rolled out on the val layouts as ``gradleak_bench.victims.training.success_rate`` rolls it out (actions
+drawn from the policy, seeds 12345 + episode), and at every visited state the policy's probabilities are
+recorded: their mean per action (how much mass the policy puts on each action where it actually goes), the
+mean entropy (ln 5 = 1.609 is uniform), and the success rate of these episodes.
 
 Run: OMP_NUM_THREADS=1 python benchmarks/victim_behaviour.py [--episodes 12]
 Writes docs/data/victim_behaviour.json (quoted in docs/tasks.md).
@@ -38,8 +38,8 @@ SEED = 12345  # success_rate's val seeds
 
 def load(victim_name: str, checkpoint: str):
     """The victim's published checkpoint; for a ``trained`` one that is not published because it did not learn
-    (``NOT_LEARNED``: ``a2c_84``), the withdrawn weights kept beside its init in ``not_learned/``, which this
-    script exists to explain."""
+    (``NOT_LEARNED``; none of the PointNav victims since issue 37), the withdrawn weights kept beside its init in
+    ``not_learned/``, which this script exists to explain."""
     spec = get_victim("PointNav", victim_name)
     if checkpoint == "trained" and spec.key in NOT_LEARNED:
         folder = packaged_dir(spec) / "not_learned"

@@ -88,3 +88,30 @@ def test_the_committed_prior_studies_fit_the_published_weights(monkeypatch):
         length = int(data["prior_config"].split("-t")[-1].split("-")[0])
         expected = priors.config_for(task, victim, checkpoint, length).key
         assert data["prior_config"] == expected, f"{path.name} fitted other weights: rerun {data['command']}"
+
+
+def test_the_committed_defense_grids_stand_on_the_published_weights_and_splits():
+    """docs/defenses.md's grids: each file records the weights and held-out splits it scored, which must be the
+    published ones, so a retrained victim or a re-recorded split (issue 37) has its grids redone."""
+    import defense_grid
+
+    for name in defense_grid.GRIDS:
+        data = json.loads((defense_grid.DATA / f"grid_{name}.json").read_text())
+        rerun = f"rerun python benchmarks/defense_grid.py --only {name}"
+        assert data.get("weights_sha256") == defense_grid.weights(name), f"grid {name} scored other weights: {rerun}"
+        assert data.get("split_identities") == defense_grid.split_identities(name), (
+            f"grid {name} scored another recording of its held-out split: {rerun}")
+
+
+def test_the_committed_adaptive_trace_cells_stand_on_the_published_weights_and_split():
+    """docs/trace.md's adaptive-vs-non-adaptive tables: every cell names the weights and the held-out split it
+    scored, which must be PointNav/ppo's published ones."""
+    import trace_adaptive
+
+    weights, split = weights_sha256("PointNav", "ppo", "trained"), trace_adaptive.split_identity()
+    assert split is not None
+    for budget, path in trace_adaptive.OUTS.items():
+        for key, cell in json.loads(path.read_text())["cells"].items():
+            assert (cell.get("weights_sha256"), cell.get("split_identity")) == (weights, split), (
+                f"{path.name}: cell {key} scored other weights or another recording of the split: rerun "
+                f"python benchmarks/trace_adaptive.py --budget {budget} (it redoes only such cells)")

@@ -536,7 +536,8 @@ TRACE_DATA_CURVE = Table(
 TRACE_METRICS = ("action_accuracy", "rgb_psnr", "rgb_ssim", "rgb_psnr_y", "rgb_ssim@gauss11", "rgb_ms_ssim", "rgb_lpips")
 TRACE_ANALYTIC_RUNS = headline("trace_PointNav_ppo_trained", "trace_PointNav_a2c_trained")  # default encoder
 TRACE_RUNS = TRACE_ANALYTIC_RUNS + headline("trace_learned_PointNav_ppo_trained")
-TRACE_84_RUNS = headline("trace_PointNav_ppo_84_trained")  # a2c_84 did not learn its task: no TRACE run on it
+# TRACE's own setting: both of its NatureCNN algorithms at 84x84, at its budgets (a2c_84 learned at 2.56M, issue 37)
+TRACE_84_RUNS = headline("trace_PointNav_ppo_84_trained", "trace_PointNav_a2c_84_trained")
 
 # the headline TRACE cells trained with other attacker seeds (benchmarks/headline_leakage.py --group seeds):
 # per seed, each metric and its leakage over the strongest reference (CIs over episodes); then, per metric, the spread
@@ -597,12 +598,11 @@ RESOLUTION_COLUMNS = (
     Col("episodes (frames)", "{n} ({run.n_frames} frames)"),
     Col("ms / frame", When("ms|real", When("ms|ge(10)", "{ms:.0f}", "{ms:.2g}"))),
     Col("load at start (2 cores)", "{run.machine_before.load_average.0:.1f}"))
-# each 84x84 run after its 64x64 counterpart, every victim at init, then trained (a2c_84's trained checkpoint did
-# not learn: it is not published, so it has no run)
+# each 84x84 run after its 64x64 counterpart, every victim at init, then trained
 RESOLUTION_CLOSED_FORM_RUNS = headline(
     "closed_form_PointNav_ppo_init", "closed_form_PointNav_ppo_84_init", "closed_form_PointNav_a2c_init",
     "closed_form_PointNav_a2c_84_init", "closed_form_PointNav_ppo_trained", "closed_form_PointNav_ppo_84_trained",
-    "closed_form_PointNav_a2c_trained")
+    "closed_form_PointNav_a2c_trained", "closed_form_PointNav_a2c_84_trained")
 RESOLUTION_IG_RUNS = headline("ig6_PointNav_ppo_init", "ig6_PointNav_ppo_84_init")
 
 # ------------------------------------------------------------------ priors and calibrated leakage (docs/priors.md)
@@ -993,7 +993,9 @@ TABLES: dict[str, Table] = {
     "resolution_closed_form": Table("docs/trace.md", {"runs": RESOLUTION_CLOSED_FORM_RUNS},
                                     let={"only": ("action_accuracy",)}, rows=RESOLUTION_ROWS,
                                     columns=RESOLUTION_COLUMNS),
-    "resolution_trace": Table("docs/trace.md", {"runs": headline("trace_PointNav_ppo_trained") + TRACE_84_RUNS},
+    "resolution_trace": Table("docs/trace.md", {"runs": headline(  # each 84x84 run after its 64x64 counterpart
+        "trace_PointNav_ppo_trained", "trace_PointNav_ppo_84_trained", "trace_PointNav_a2c_trained",
+        "trace_PointNav_a2c_84_trained")},
                               let={"only": TRACE_METRICS}, rows=RESOLUTION_ROWS, columns=RESOLUTION_COLUMNS),
     "trace_attacker_seeds": Table(
         "docs/trace.md", {"runs": headline("trace_PointNav_ppo_trained",

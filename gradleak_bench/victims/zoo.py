@@ -182,11 +182,12 @@ _PPO = _ppo("ppo", {}, 512_000, "PPO, SB3 CnnPolicy (NatureCNN, 604k parameters)
 # ppo_84 keeps the straight-line shaping it was published with: the walking distance gave it nothing at 84x84
 # (30.8% either way, docs/tasks.md)
 _PPO_STRAIGHT = _ppo("ppo", {}, 512_000, "PPO, SB3 CnnPolicy (NatureCNN), progress shaping on the straight line")
+# issue 37: TRACE's A2C budget (5,000 updates x 512 steps; was 300k), the recipe unchanged
 _A2C = VictimSpec(
     task="PointNav", name="a2c", algo="a2c", policy="CnnPolicy", policy_kwargs={},
     loss=LossSpec(algo="a2c", gamma=0.99, gae_lambda=1.0, ent_coef=0.01, vf_coef=0.5,
                   advantage_normalization="none"),
-    train=TrainSpec(total_timesteps=300_000, n_envs=4, seed=1, hyperparams=dict(
+    train=TrainSpec(total_timesteps=2_560_000, n_envs=4, seed=1, hyperparams=dict(
         n_steps=16, learning_rate=7e-4, ent_coef=0.01, vf_coef=0.5, gamma=0.99, gae_lambda=1.0,
         max_grad_norm=0.5), env_kwargs=SHAPED),
     init_seed=1,  # distinct initial weights from the PPO victim of the same architecture
@@ -280,13 +281,6 @@ VICTIMS: dict[str, VictimSpec] = {
 
 
 NOT_LEARNED: dict[str, str] = {
-    "PointNav/a2c_84": "300k steps did not learn; a run toward TRACE's 2.56M steps is under way. "
-                       "300k A2C steps left it at 8.3% val success (2/24) against 12.5% for a random policy; "
-                       "issue 37's run toward TRACE's 2.56M steps (the same recipe) held 34-38% on its 32-episode "
-                       "learning curve from 360k to about 1.11M steps, where its progress was lost with a wiped "
-                       "cache; restarted, it held 25-44% from 229k to 2.33M steps (5.05 CPU-h; about 5.5 CPU-h "
-                       "for the whole budget on one core; its curve: docs/tasks.md, 'Learning curves'; resume with "
-                       "gradleak-bench --threads 1 train-victim PointNav --victim a2c_84 --budget 2560000)",
     "ActivePerception/reinforce": "no recipe learned on SB3's network, which flattens depth into its MLP; the "
                                   "paper's network did (reinforce_convdepth). "
                                   "Issue 37's recipe (200k steps, four 100-step episodes per update, lr 5e-4; 18 min "
