@@ -71,14 +71,19 @@ def trim(grid: dict) -> dict:
     return {"config": grid["config"], "cells": cells, "utility": utility}
 
 
+def _scored(name: str) -> tuple[list[str], str, str]:
+    """What a grid's command scores: its targets (``TASK/VICTIM``), their checkpoint and the held-out split."""
+    args = GRIDS[name]
+    split = args[args.index("--split") + 1] if "--split" in args else "test"
+    return [args[i + 1] for i, a in enumerate(args) if a == "-t"], args[args.index("--checkpoint") + 1], split
+
+
 def weights(name: str) -> dict[str, str | None]:
     """The sha256 of each target victim's weights at the grid's checkpoint (None: an ``init`` rebuilt from its
     seed): a grid whose victims were retrained since (issue 37) is redone, not kept."""
     from gradleak_bench.victims.card import weights_sha256
 
-    args = GRIDS[name]
-    checkpoint = args[args.index("--checkpoint") + 1]
-    targets = [args[i + 1] for i, a in enumerate(args) if a == "-t"]
+    targets, checkpoint, _ = _scored(name)
     return {f"{target}/{checkpoint}": weights_sha256(*target.split("/"), checkpoint) for target in targets}
 
 
@@ -89,10 +94,7 @@ def split_identities(name: str) -> dict[str, str | None]:
     from gradleak_bench import dataset, splits
     from gradleak_bench.dataset_config import PROTOCOLS
 
-    args = GRIDS[name]
-    checkpoint = args[args.index("--checkpoint") + 1]
-    split = args[args.index("--split") + 1] if "--split" in args else "test"
-    targets = [args[i + 1] for i, a in enumerate(args) if a == "-t"]
+    targets, checkpoint, split = _scored(name)
     return {f"{target}/{checkpoint}/{protocol}": splits.official_identity(
                 dataset.standard_config(*target.split("/"), checkpoint, split, protocol=protocol).key)
             for target in targets for protocol in PROTOCOLS}

@@ -132,9 +132,8 @@ def main() -> None:
                 raise SystemExit(f"{key} failed (exit {proc.returncode}); rerun to resume")
             cell = trim(json.loads((out / "results.json").read_text()))
             cell.update(defense=defense, adaptive=adaptive, weights_sha256=weights, split_identity=split,
-                        command=shlex.join(cmd),
-                        wall_seconds=round(wall, 1),
-                        threads=args.threads, load_average=[round(load_before, 2), round(os.getloadavg()[0], 2)])
+                        command=shlex.join(cmd), wall_seconds=round(wall, 1), threads=args.threads,
+                        load_average=[round(load_before, 2), round(os.getloadavg()[0], 2)])
             if out_json.is_file():  # keep cells another invocation wrote meanwhile
                 data["cells"] = {**json.loads(out_json.read_text())["cells"], **data["cells"]}
             data["cells"][key] = cell

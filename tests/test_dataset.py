@@ -71,7 +71,8 @@ def test_a_cached_draw_made_with_other_weights_is_generated_again(monkeypatch, t
     assert "weights 000000000000" in datasets.other_weights(stale.config, stale.identity_header)
     with pytest.warns(UserWarning, match="generating it again"):
         fresh = datasets.load_or_generate(tiny_config, progress=False)
-    assert fresh.identity_header == real(tiny_config) and datasets.other_weights(fresh.config, fresh.identity_header) is None
+    assert fresh.identity_header == real(tiny_config)
+    assert datasets.other_weights(fresh.config, fresh.identity_header) is None
     with pytest.raises(GradleakError, match="does not match its victim.*Delete it"):
         datasets.load_or_generate(tiny_config, path=named, progress=False)
 
