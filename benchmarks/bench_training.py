@@ -7,7 +7,8 @@ worker count and the learner's torch threads. The modes:
 * ``before``: what ``train-victim`` did before issue 37: SB3's in-process ``DummyVecEnv`` and torch's default
   thread count (all cores) for the whole run (``--threads`` overrides, e.g. ``--threads 1``, the best it could do);
 * ``after``: :class:`~gradleak_bench.victims.workers.WorkerVecEnv`, ``--workers`` processes (default one per
-  core), one torch thread while the environments step and one per core while the policy updates.
+  core), one torch thread while the environments step and one per core while the policy updates, whose idle
+  OpenMP threads spin briefly instead of sleeping at once (``gradleak_bench/threads.py``).
 
 Whole-process timings, alternated A B A B (state the machine's load)::
 
@@ -42,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["GRADLEAK_BENCH_CACHE"] = tempfile.mkdtemp(prefix="bench-training-")
     from gradleak_bench.threads import set_wait_policy
 
-    set_wait_policy()  # as the CLI does, before torch loads
+    # as the CLI does, before torch loads: "before" waits PASSIVE, as every command did before issue 37;
+    # "after" as train-victim now does (a short spin: gradleak_bench/threads.py)
+    set_wait_policy(None if args.mode == "before" else "train-victim")
     import torch
 
     from gradleak_bench.victims.training import train_resumable, with_budget

@@ -22,6 +22,14 @@ reward newly seen area). Why a PointNav victim may need it: with the goal out of
 policy that cannot see the goal as often for a step away as for a step toward it, so nothing but the rare +1
 of finding the goal pays for searching, and the trained discrete victims stay in their start room
 (benchmarks/pointnav_goal_visibility.py, docs/tasks.md). Like the progress shaping it is for training only.
+
+``coverage_reward`` (default 0) is the same idea at the scale of the floor: it pays that amount the first time
+in an episode the robot stands in each :data:`COVERAGE_CELL` x :data:`COVERAGE_CELL` square of the floor grid
+(the area-coverage reward of the same paper and of Ramakrishnan et al., "An Exploration of Embodied Visual
+Exploration", IJCV 2021). A room bonus pays only at doorways and sums to more than the goal's +1 in a
+five-room apartment; this one pays every other step of walking into new ground. At 0.01 a square (half the
+step penalty per 0.25 m step walked straight) even 200 steps of straight walking would earn 1.0, the goal's +1,
+and a bounded apartment pays far less, so reaching a visible goal stays worth more than wandering on. Training only, like the other shaping terms.
 """
 from __future__ import annotations
 
@@ -40,6 +48,7 @@ SUCCESS_DISTANCE = 1.0
 PROGRESS_DISTANCES = ("straight", "geodesic")
 GOAL_RANGE = (1.5, 6.0)
 CONNECT_TRIES = 20
+COVERAGE_CELL = 0.5  # metres: two move_ahead steps
 
 
 class PointNav(TaskEnv):
@@ -48,7 +57,8 @@ class PointNav(TaskEnv):
     def __init__(self, spec: TaskSpec, backend: str = "pybullet", layouts: Any = "train",
                  image_size: int | None = None, render_mode: str | None = None, fov: float | None = None,
                  backend_options: dict[str, Any] | None = None, progress_reward: float = 0.0,
-                 progress_distance: str = "straight", room_discovery_reward: float = 0.0):
+                 progress_distance: str = "straight", room_discovery_reward: float = 0.0,
+                 coverage_reward: float = 0.0):
         if progress_distance not in PROGRESS_DISTANCES:
             raise ValueError(f"progress_distance must be one of {', '.join(PROGRESS_DISTANCES)}, "
                              f"got {progress_distance!r}")
@@ -61,6 +71,10 @@ class PointNav(TaskEnv):
         if not math.isfinite(self.room_discovery_reward) or self.room_discovery_reward < 0:
             raise ValueError(f"room_discovery_reward must be a finite number >= 0, got {room_discovery_reward!r}")
         self._rooms_entered: set[int] = set()
+        self.coverage_reward = float(coverage_reward)
+        if not math.isfinite(self.coverage_reward) or self.coverage_reward < 0:
+            raise ValueError(f"coverage_reward must be a finite number >= 0, got {coverage_reward!r}")
+        self._cells_visited: set[tuple[int, int]] = set()
         self._walking: Callable[[float, float], float] | None = None
         self._last_distance = 0.0
 
@@ -84,6 +98,12 @@ class PointNav(TaskEnv):
             self._walking = self.backend.walking_distances(goal[:2])
         self._last_distance = self._progress_distance()
         self._rooms_entered = {self.backend.room()} if self.room_discovery_reward else set()
+        self._cells_visited = {self._cell()} if self.coverage_reward else set()
+
+    def _cell(self) -> tuple[int, int]:
+        """The floor-grid square the robot stands in (``coverage_reward``)."""
+        x, y, _, _ = self._pose()
+        return math.floor(x / COVERAGE_CELL), math.floor(y / COVERAGE_CELL)
 
     def _progress_distance(self) -> float:
         """The distance the progress shaping reduces (module docstring)."""
@@ -108,6 +128,11 @@ class PointNav(TaskEnv):
             if room >= 0 and room not in self._rooms_entered:  # -1: in a doorway, in no room
                 self._rooms_entered.add(room)
                 reward += self.room_discovery_reward
+        if self.coverage_reward:
+            cell = self._cell()
+            if cell not in self._cells_visited:
+                self._cells_visited.add(cell)
+                reward += self.coverage_reward
         return reward, success
 
     def _observation(self) -> np.ndarray:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import gradleak_bench  # noqa: F401  registers the gym ids
+from gradleak_bench.envs.pointnav import COVERAGE_CELL
 from gradleak_bench.envs.pybullet.apartment import generate_apartment
 from gradleak_bench.envs.pybullet.household import ActivePerceptionEnv, PointNavEnv
 from gradleak_bench.errors import InvalidLayoutError, SimulatorOutputError, UnknownNameError
@@ -291,6 +292,43 @@ def test_room_discovery_reward_pays_each_new_room_once_per_episode():
             gym.make("gradleak/PointNav-v0", layouts=[0], room_discovery_reward=bad)
 
 
+def test_coverage_reward_pays_each_new_floor_square_once_per_episode():
+    """coverage_reward (a training recipe): paid the first time in an episode the robot stands in a
+    COVERAGE_CELL square of the floor, on top of the shaped reward bit for bit; never for the start square or
+    a square seen before, and afresh after a reset; a bad value is refused."""
+    bonus = 0.01
+    shaped = dict(layouts=[0], progress_reward=1.0)
+    plain = gym.make("gradleak/PointNav-v0", **shaped)
+    covered = gym.make("gradleak/PointNav-v0", **shaped, coverage_reward=bonus)
+    try:
+        for episode in range(2):
+            for env in (plain, covered):
+                env.reset(seed=episode)
+            u = covered.unwrapped
+            sx, sy, _, _ = u.backend.pose()
+            goal = u.goal_position
+            cell = COVERAGE_CELL
+            start = (math.floor(sx / cell), math.floor(sy / cell))
+            free = [(float(x), float(y)) for x in np.arange(sx - 2.0, sx + 2.0, 0.1)
+                    for y in np.arange(sy - 2.0, sy + 2.0, 0.1)
+                    if not u.backend.robot.collides_at(float(x), float(y)) and math.dist((x, y), goal) > 1.5]
+            other = next(xy for xy in free if (math.floor(xy[0] / cell), math.floor(xy[1] / cell)) != start)
+            same = next(xy for xy in free if (math.floor(xy[0] / cell), math.floor(xy[1] / cell)) == start)
+            paid = []
+            for x, y in (same, other, other, same):  # the start square, a new one, it again, the start again
+                for env in (plain, covered):
+                    env.unwrapped.backend.robot.set_pose(x, y, 0.0)
+                a, b = plain.step(1)[1], covered.step(1)[1]  # a turn: no move, so only the square counts
+                paid.append(b - a)
+            assert paid == [0.0, pytest.approx(bonus, abs=1e-12), 0.0, 0.0], paid
+    finally:
+        plain.close()
+        covered.close()
+    for bad in (-0.1, float("inf")):
+        with pytest.raises(ValueError, match="coverage_reward"):
+            gym.make("gradleak/PointNav-v0", layouts=[0], coverage_reward=bad)
+
+
 def test_invalid_layouts():
     with pytest.raises(InvalidLayoutError, match="out of range"):
         PointNavEnv(layouts=[120])
@@ -366,3 +404,71 @@ def test_pybullet_prints_nothing_of_its_own():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "pybullet" not in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_decoded_texture_copies_draw_the_frames_the_original_pngs_drew(monkeypatch):
+    """Layout builds load pybullet_data's PNG textures (table.png: 49 ms to decode at every build) from
+    uncompressed copies made once per process. Layout 0 floors two rooms with table.png and three with
+    checker_blue.png: rendered from those rooms, looking level and down at the floor, every frame (RGB and
+    depth) is the same bit for bit as with the original files, and the copy is a TGA."""
+    from gradleak_bench.envs.pybullet import scene
+
+    apartment = generate_apartment(0)
+    floors = {r.index: r.floor.name for r in apartment.rooms if r.floor.kind == "file"}
+    assert set(floors.values()) == {"table/table.png", "checker_blue.png"}
+
+    def frames() -> list[bytes]:
+        env = PointNavEnv(layouts=[0])
+        try:
+            env.reset(seed=0)
+            backend = env.unwrapped.backend
+            out = []
+            for index in floors:
+                x0, y0, x1, y1 = apartment.rooms[index].inner
+                x, y = next((float(x), float(y)) for x in np.linspace(x0 + 0.5, x1 - 0.5, 5)
+                            for y in np.linspace(y0 + 0.5, y1 - 0.5, 5) if not backend.robot.collides_at(x, y))
+                for yaw in (0.0, 2.0, 4.0):
+                    for pitch in (0.0, -30.0):
+                        backend.robot.set_pose(x, y, yaw, pitch)
+                        view = backend.view(None)
+                        out.append(view.rgb.tobytes() + view.depth.tobytes())
+            return out
+        finally:
+            env.close()
+
+    monkeypatch.setattr(scene, "_texture_paths", {})
+    copied = frames()
+    assert all(path.endswith(".tga") for spec, path in scene._texture_paths.items() if spec.kind == "file")
+    monkeypatch.setattr(scene, "_texture_paths", {})
+    monkeypatch.setattr(scene, "_decoded_copy", lambda name: name)  # PyBullet decodes the PNG itself
+    assert frames() == copied
+
+
+def test_a_decoded_copy_is_made_only_of_an_rgb_or_rgba_png(tmp_path, monkeypatch):
+    """Anything but an 8-bit RGB(A) PNG (a palette, a JPEG) is loaded from its original file, as before."""
+    from PIL import Image
+
+    from gradleak_bench.envs.pybullet import scene
+
+    monkeypatch.setattr(scene.pybullet_data, "getDataPath", lambda: str(tmp_path))
+    Image.new("P", (8, 8)).save(tmp_path / "palette.png")
+    Image.new("RGB", (8, 8), (10, 20, 30)).save(tmp_path / "photo.jpg")
+    Image.new("RGBA", (8, 8), (10, 20, 30, 40)).save(tmp_path / "plain.png")
+    assert scene._decoded_copy("palette.png") == "palette.png"
+    assert scene._decoded_copy("photo.jpg") == "photo.jpg"
+    copy = scene._decoded_copy("plain.png")
+    assert copy.endswith(".tga")
+    with Image.open(copy) as image:
+        assert image.mode == "RGBA" and image.tobytes() == Image.open(tmp_path / "plain.png").tobytes()
+
+
+def test_generated_apartments_are_shared_read_only_within_a_process():
+    """A layout's apartment is generated once per process (a build at almost every training reset asks for
+    it) and shared, so its free-space grid cannot be written."""
+    from gradleak_bench.envs.pybullet.adapter import _apartment
+
+    first = _apartment(3)
+    assert _apartment(3) is first
+    assert np.array_equal(first.free, generate_apartment(3).free)
+    with pytest.raises(ValueError, match="read-only"):
+        first.free[0, 0] = not first.free[0, 0]

@@ -35,6 +35,7 @@ _FACE_AXES = {
 _PALETTE_SIZE = 16
 _TEXTURE_PIXELS = 64
 _texture_dir: str | None = None
+_texture_paths: dict[Texture, str] = {}
 
 
 @dataclass
@@ -227,9 +228,41 @@ def invisible_visual(client: int) -> int:
 # ---------------------------------------------------------------- textures
 def _texture(client: int, spec: Texture, cache: dict[Texture, int]) -> int:
     if spec not in cache:
-        path = spec.name if spec.kind == "file" else texture_file(spec)
-        cache[spec] = p.loadTexture(path, physicsClientId=client)
+        cache[spec] = p.loadTexture(texture_path(spec), physicsClientId=client)
     return cache[spec]
+
+
+def texture_path(spec: Texture) -> str:
+    """The image file PyBullet loads for ``spec``, made once per process: a training environment builds a new
+    layout at almost every reset, and each build loads a dozen textures."""
+    path = _texture_paths.get(spec)
+    if path is None:
+        path = _decoded_copy(spec.name) if spec.kind == "file" else texture_file(spec)
+        _texture_paths[spec] = path
+    return path
+
+
+def _decoded_copy(name: str) -> str:
+    """``pybullet_data``'s PNG ``name`` as an uncompressed TGA in this process's temp dir (once).
+
+    PyBullet decodes an image file at every ``loadTexture``: ``table/table.png`` (1024x768) took 49 ms of the
+    ~110 ms of a layout build that uses it, the same pixels from an uncompressed file about 2 ms. PNG is
+    lossless and both decoders return its 8-bit RGB(A) values unchanged, so every frame is the same bit for bit
+    (every layout, both tasks, 64x64 and 84x84: ``benchmarks/bench_layout_build.py --compare``). Any other
+    format or mode (a palette, 16 bits, JPEG's lossy decoders) is loaded from the original file, as before.
+    """
+    source = os.path.join(pybullet_data.getDataPath(), name)
+    with Image.open(source) as image:
+        if image.format != "PNG" or image.mode not in ("RGB", "RGBA"):
+            return name  # PyBullet finds it on the pybullet_data search path, as it always did
+        image.load()
+        digest = hashlib.sha256(image.tobytes() + repr((image.mode, image.size)).encode()).hexdigest()[:20]
+        path = os.path.join(_temp_dir(), f"file_{digest}.tga")
+        if not os.path.exists(path):
+            tmp = path + ".part"
+            image.save(tmp, format="TGA", compression=None)
+            os.replace(tmp, path)
+    return path
 
 
 def texture_file(spec: Texture) -> str:
