@@ -7,13 +7,15 @@ worker count and the learner's torch threads. The modes:
 * ``before``: what ``train-victim`` did before issue 37: SB3's in-process ``DummyVecEnv`` and torch's default
   thread count (all cores) for the whole run (``--threads`` overrides, e.g. ``--threads 1``, the best it could do);
 * ``after``: :class:`~gradleak_bench.victims.workers.WorkerVecEnv`, ``--workers`` processes (default one per
-  core), one torch thread while the environments step and one per core while the policy updates, whose idle
-  OpenMP threads spin briefly instead of sleeping at once (``gradleak_bench/threads.py``).
+  core), one torch thread while the environments step and one per core while the policy updates.
 
-Whole-process timings, alternated A B A B (state the machine's load)::
+Whole-process timings, alternated A B A B, "before" run from a checkout of the code being compared against
+(state the machine's load; ``benchmarks/results/bench_training.json`` holds the last measurement)::
 
-    farm-bench -n 3 --timeout 900 --vs 'python benchmarks/bench_training.py --mode before --victim ppo' \\
-        -- python benchmarks/bench_training.py --mode after --victim ppo
+    for i in 1 2; do
+        /usr/bin/time -v python benchmarks/bench_training.py --mode after --victim ppo --steps 16384
+        (cd ../before && /usr/bin/time -v python benchmarks/bench_training.py --mode before --victim ppo --steps 16384)
+    done
 
 ``--check-same`` trains twice on 512 steps, in process (``DummyVecEnv``) and on workers, and exits 1 unless the
 weights are bit-identical (the worker count changes nothing that is computed).
@@ -43,9 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["GRADLEAK_BENCH_CACHE"] = tempfile.mkdtemp(prefix="bench-training-")
     from gradleak_bench.threads import set_wait_policy
 
-    # as the CLI does, before torch loads: "before" waits PASSIVE, as every command did before issue 37;
-    # "after" as train-victim now does (a short spin: gradleak_bench/threads.py)
-    set_wait_policy(None if args.mode == "before" else "train-victim")
+    set_wait_policy()  # as the CLI does, before torch loads
     import torch
 
     from gradleak_bench.victims.training import train_resumable, with_budget

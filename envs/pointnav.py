@@ -26,10 +26,10 @@ of finding the goal pays for searching, and the trained discrete victims stay in
 ``coverage_reward`` (default 0) is the same idea at the scale of the floor: it pays that amount the first time
 in an episode the robot stands in each :data:`COVERAGE_CELL` x :data:`COVERAGE_CELL` square of the floor grid
 (the area-coverage reward of the same paper and of Ramakrishnan et al., "An Exploration of Embodied Visual
-Exploration", IJCV 2021). A room bonus pays only at doorways and sums to more than the goal's +1 in a
-five-room apartment; this one pays every other step of walking into new ground. At 0.01 a square (half the
-step penalty per 0.25 m step walked straight) even 200 steps of straight walking would earn 1.0, the goal's +1,
-and a bounded apartment pays far less, so reaching a visible goal stays worth more than wandering on. Training only, like the other shaping terms.
+Exploration", IJCV 2021). A room bonus pays only at doorways; this one pays every other step of walking into
+new ground. At 0.01 a square (half the step penalty per 0.25 m step walked straight) even 200 steps of
+straight walking would earn 1.0, and a bounded apartment pays far less, so reaching a visible goal (+1 and its
+progress shaping) stays worth more than wandering on. Training only, like the other shaping terms.
 """
 from __future__ import annotations
 

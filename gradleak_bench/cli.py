@@ -48,7 +48,7 @@ def _global_options(
     from gradleak_bench.threads import apply_threads, check_threads, set_wait_policy
 
     check_threads(threads)
-    set_wait_policy(ctx.invoked_subcommand)  # before anything imports torch: OpenMP reads it once, at load
+    set_wait_policy()  # before anything imports torch: OpenMP reads it once, at load
     if ctx.invoked_subcommand is not None and "--help" not in sys.argv:
         apply_threads(threads, ctx.invoked_subcommand)
 

@@ -6,14 +6,6 @@ while they wait. With one busy process on a 2-core machine that spinning made a 
 slower. So every command runs torch on one thread unless it trains (``train-victim``, ``train-defense``:
 PPO minibatches of 64 images, where threads pay), and the OpenMP wait policy is ``PASSIVE`` (waiting
 threads sleep) unless the user set one. ``--threads N`` overrides the count for every command.
-
-Training is the exception to ``PASSIVE``: its policy update runs hundreds of back-to-back kernels on two
-threads, and a thread that sleeps between two of them must be woken by the kernel each time. Measured on the
-2-core machine (PPO NatureCNN 64x64, 6,144 steps, the update on 2 threads): the update took 6.2 s with
-``PASSIVE`` and 5.0 s when waiting threads spin for about 0.1 ms before they sleep; the rollouts, where the
-learner runs one thread beside the environment workers, were unchanged, since a spin that short ends before
-the workers need the core (docs/tasks.md, "Training speed"). So training commands get that short spin:
-``GOMP_SPINCOUNT`` for GNU OpenMP (Linux wheels of torch), ``KMP_BLOCKTIME`` for LLVM/Intel OpenMP.
 """
 from __future__ import annotations
 
@@ -26,22 +18,10 @@ TRAINING_COMMANDS = frozenset({"train-victim", "train-defense"})
 SMALL_BATCH_THREADS = 1
 
 
-TRAINING_SPIN = {"GOMP_SPINCOUNT": "10000", "KMP_BLOCKTIME": "1"}
-"""How long a training process's idle OpenMP threads spin before they sleep: 10,000 spins (GNU OpenMP counts
-about 100,000 a millisecond) and 1 ms (LLVM/Intel OpenMP's smallest setting in whole milliseconds)."""
-_WAIT_VARIABLES = ("OMP_WAIT_POLICY", *TRAINING_SPIN)
-
-
-def set_wait_policy(command: str | None = None) -> None:
-    """Ask OpenMP to let waiting threads sleep (``PASSIVE``), or, for a training ``command``, spin briefly first
-    (:data:`TRAINING_SPIN`; module docstring). A wait setting the user made is kept as it is. Must run before
-    torch is imported: the OpenMP runtime reads its environment once, when torch loads it."""
-    if any(name in os.environ for name in _WAIT_VARIABLES):
-        return
-    if command in TRAINING_COMMANDS:
-        os.environ.update(TRAINING_SPIN)
-    else:
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+def set_wait_policy() -> None:
+    """Ask OpenMP to let waiting threads sleep. Must run before torch is imported: the OpenMP runtime reads
+    its environment once, when torch loads it."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def check_threads(threads: int | None) -> None:

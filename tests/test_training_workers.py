@@ -173,24 +173,3 @@ def test_training_counts_the_cpu_time_of_the_learner_and_its_workers(tmp_path):
     cpu = json.loads((tmp_path / "progress.json").read_text())["cpu_seconds"]
     assert cpu > 0.5 * learner and cpu > 0
 
-
-def test_training_commands_spin_briefly_and_every_other_command_waits_passively(monkeypatch):
-    """The OpenMP wait setting is chosen by command before torch loads: a training command's idle threads spin
-    about 0.1 ms (its update runs hundreds of back-to-back kernels on all cores), every other command's sleep at
-    once (PASSIVE), and a wait setting the user made is never overridden."""
-    from gradleak_bench.threads import TRAINING_SPIN, set_wait_policy
-
-    names = ("OMP_WAIT_POLICY", *TRAINING_SPIN)
-
-    def chosen(command, **user):
-        for name in names:
-            monkeypatch.delenv(name, raising=False)
-        for name, value in user.items():
-            monkeypatch.setenv(name, value)
-        set_wait_policy(command)
-        return {name: os.environ[name] for name in names if name in os.environ}
-
-    assert chosen("train-victim") == chosen("train-defense") == TRAINING_SPIN
-    assert chosen("evaluate") == chosen(None) == {"OMP_WAIT_POLICY": "PASSIVE"}
-    assert chosen("train-victim", OMP_WAIT_POLICY="ACTIVE") == {"OMP_WAIT_POLICY": "ACTIVE"}
-    assert chosen("evaluate", GOMP_SPINCOUNT="5") == {"GOMP_SPINCOUNT": "5"}
