@@ -17,6 +17,10 @@ Whole-process timings, alternated A B A B, "before" run from a checkout of the c
         (cd ../before && /usr/bin/time -v python benchmarks/bench_training.py --mode before --victim ppo --steps 16384)
     done
 
+``--phases`` (with ``--mode after``) trains in one process as ``after`` does, without the saves, and prints
+where the wall time of SB3's ``learn`` went: waiting for the workers' environment steps, the rest of the
+rollouts (the policy's forward pass, SB3's buffer, the hop to the workers), and the policy updates.
+
 ``--check-same`` trains twice on 512 steps, in process (``DummyVecEnv``) and on workers, and exits 1 unless the
 weights are bit-identical (the worker count changes nothing that is computed).
 """
@@ -40,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None, help="after: worker processes (default: one per core)")
     parser.add_argument("--threads", type=int, default=None, help="before: torch threads (default: torch's own)")
     parser.add_argument("--check-same", action="store_true")
+    parser.add_argument("--phases", action="store_true", help="after: time the rollouts' phases and the updates")
     args = parser.parse_args(argv)
 
     os.environ["GRADLEAK_BENCH_CACHE"] = tempfile.mkdtemp(prefix="bench-training-")
@@ -64,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"victim": spec.key, "steps": 512, "bit_identical": same}))
         return 0 if same else 1
 
+    if args.phases:
+        return _phases(spec, args.workers)
+
     if args.mode == "before":
         if args.threads:
             torch.set_num_threads(args.threads)
@@ -79,6 +87,46 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"mode": args.mode, "victim": spec.key, "steps": done, "wall_s": round(wall, 2),
                       "steps_per_wall_s": round(done / wall, 1),
                       "workers": kwargs["workers"], "torch_threads": threads, "load": os.getloadavg()[0]}))
+    return 0
+
+
+def _phases(spec, workers: int | None) -> int:
+    """Seconds of ``learn`` spent waiting for the environments, in the rest of the rollouts and in updates."""
+    import torch
+
+    from gradleak_bench.victims.training import _make_model
+
+    start = time.perf_counter()
+    model = _make_model(spec, workers)
+    started = time.perf_counter() - start
+    spent = {"env_wait_s": 0.0, "rollouts_s": 0.0, "updates_s": 0.0}
+
+    def timed(function, key, threads=None):
+        def run(*args, **kwargs):
+            if threads is not None:
+                torch.set_num_threads(threads)  # as training's phase callback sets them
+            t = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[key] += time.perf_counter() - t
+                if threads is not None:
+                    torch.set_num_threads(1)
+        return run
+
+    updates = torch.get_num_threads()
+    model.env.step_wait = timed(model.env.step_wait, "env_wait_s")
+    model.collect_rollouts = timed(model.collect_rollouts, "rollouts_s")
+    model.train = timed(model.train, "updates_s", updates)
+    torch.set_num_threads(1)
+    t = time.perf_counter()
+    model.learn(spec.train.total_timesteps)
+    learn = time.perf_counter() - t
+    model.env.close()
+    spent["rollouts_other_s"] = spent["rollouts_s"] - spent["env_wait_s"]
+    print(json.dumps({"victim": spec.key, "steps": spec.train.total_timesteps, "start_s": round(started, 2),
+                      "learn_s": round(learn, 2), "update_threads": updates,
+                      **{k: round(v, 2) for k, v in spent.items()}, "load": os.getloadavg()[0]}))
     return 0
 
 
