@@ -258,35 +258,48 @@ def test_pointnav_geodesic_progress_shaping():
     with pytest.raises(NotImplementedError, match="straight"):
         SceneBackend().walking_distances(np.zeros(2))
 
+
+def _bonus_paid(bonus: dict, visits) -> list[list[float]]:
+    """What a training bonus (``bonus``: its env argument) adds to the shaped reward, bit for bit, at each pose
+    ``visits(env)`` picks after a reset, in two episodes. The robot turns at each pose (no move), so only the
+    pose counts."""
+    shaped = dict(layouts=[0], progress_reward=1.0)
+    plain = gym.make("gradleak/PointNav-v0", **shaped)
+    paying = gym.make("gradleak/PointNav-v0", **shaped, **bonus)
+    try:
+        episodes = []
+        for episode in range(2):
+            for env in (plain, paying):
+                env.reset(seed=episode)
+            paid = []
+            for x, y in visits(paying.unwrapped):
+                for env in (plain, paying):
+                    env.unwrapped.backend.robot.set_pose(float(x), float(y), 0.0)
+                paid.append(paying.step(1)[1] - plain.step(1)[1])
+            episodes.append(paid)
+        return episodes
+    finally:
+        plain.close()
+        paying.close()
+
+
 def test_room_discovery_reward_pays_each_new_room_once_per_episode():
     """room_discovery_reward (a training recipe): paid the first time in an episode the robot stands in a room
     other than its start room, on top of the shaped reward bit for bit, never again that episode, and afresh
     after a reset; a bad value is refused."""
     bonus = 0.25
-    shaped = dict(layouts=[0], progress_reward=1.0)
-    plain = gym.make("gradleak/PointNav-v0", **shaped)
-    found = gym.make("gradleak/PointNav-v0", **shaped, room_discovery_reward=bonus)
-    try:
-        for episode in range(2):
-            for env in (plain, found):
-                env.reset(seed=episode)
-            u = found.unwrapped
-            start, (sx, sy, _, _) = u.backend.room(), u.backend.pose()
-            goal = u.goal_position
-            other = next(r for r in u.backend.apartment.rooms if r.index != start)
-            x0, y0, x1, y1 = other.inner
-            xy = next((x, y) for x in np.linspace(x0 + 0.4, x1 - 0.4, 7) for y in np.linspace(y0 + 0.4, y1 - 0.4, 7)
-                      if not u.backend.robot.collides_at(float(x), float(y)) and math.dist((x, y), goal) > 1.5)
-            paid = []
-            for x, y in (xy, xy, (sx, sy)):  # into the other room, stay there, back to the start
-                for env in (plain, found):
-                    env.unwrapped.backend.robot.set_pose(float(x), float(y), 0.0)
-                a, b = plain.step(1)[1], found.step(1)[1]  # a turn: no move, so only the room counts
-                paid.append(b - a)
-            assert paid == [pytest.approx(bonus, abs=1e-12), 0.0, 0.0], paid
-    finally:
-        plain.close()
-        found.close()
+
+    def visits(u):  # into another room, stay there, back to the start
+        start, (sx, sy, _, _) = u.backend.room(), u.backend.pose()
+        other = next(r for r in u.backend.apartment.rooms if r.index != start)
+        x0, y0, x1, y1 = other.inner
+        xy = next((x, y) for x in np.linspace(x0 + 0.4, x1 - 0.4, 7) for y in np.linspace(y0 + 0.4, y1 - 0.4, 7)
+                  if not u.backend.robot.collides_at(float(x), float(y))
+                  and math.dist((x, y), u.goal_position) > 1.5)
+        return xy, xy, (sx, sy)
+
+    for paid in _bonus_paid({"room_discovery_reward": bonus}, visits):
+        assert paid == [pytest.approx(bonus, abs=1e-12), 0.0, 0.0], paid
     for bad in (-0.1, float("nan")):
         with pytest.raises(ValueError, match="room_discovery_reward"):
             gym.make("gradleak/PointNav-v0", layouts=[0], room_discovery_reward=bad)
@@ -297,33 +310,22 @@ def test_coverage_reward_pays_each_new_floor_square_once_per_episode():
     COVERAGE_CELL square of the floor, on top of the shaped reward bit for bit; never for the start square or
     a square seen before, and afresh after a reset; a bad value is refused."""
     bonus = 0.01
-    shaped = dict(layouts=[0], progress_reward=1.0)
-    plain = gym.make("gradleak/PointNav-v0", **shaped)
-    covered = gym.make("gradleak/PointNav-v0", **shaped, coverage_reward=bonus)
-    try:
-        for episode in range(2):
-            for env in (plain, covered):
-                env.reset(seed=episode)
-            u = covered.unwrapped
-            sx, sy, _, _ = u.backend.pose()
-            goal = u.goal_position
-            cell = COVERAGE_CELL
-            start = (math.floor(sx / cell), math.floor(sy / cell))
-            free = [(float(x), float(y)) for x in np.arange(sx - 2.0, sx + 2.0, 0.1)
-                    for y in np.arange(sy - 2.0, sy + 2.0, 0.1)
-                    if not u.backend.robot.collides_at(float(x), float(y)) and math.dist((x, y), goal) > 1.5]
-            other = next(xy for xy in free if (math.floor(xy[0] / cell), math.floor(xy[1] / cell)) != start)
-            same = next(xy for xy in free if (math.floor(xy[0] / cell), math.floor(xy[1] / cell)) == start)
-            paid = []
-            for x, y in (same, other, other, same):  # the start square, a new one, it again, the start again
-                for env in (plain, covered):
-                    env.unwrapped.backend.robot.set_pose(x, y, 0.0)
-                a, b = plain.step(1)[1], covered.step(1)[1]  # a turn: no move, so only the square counts
-                paid.append(b - a)
-            assert paid == [0.0, pytest.approx(bonus, abs=1e-12), 0.0, 0.0], paid
-    finally:
-        plain.close()
-        covered.close()
+
+    def square(xy):
+        return math.floor(xy[0] / COVERAGE_CELL), math.floor(xy[1] / COVERAGE_CELL)
+
+    def visits(u):  # the start square, a new one, it again, the start square again
+        sx, sy, _, _ = u.backend.pose()
+        free = [(float(x), float(y)) for x in np.arange(sx - 2.0, sx + 2.0, 0.1)
+                for y in np.arange(sy - 2.0, sy + 2.0, 0.1)
+                if not u.backend.robot.collides_at(float(x), float(y))
+                and math.dist((x, y), u.goal_position) > 1.5]
+        other = next(xy for xy in free if square(xy) != square((sx, sy)))
+        same = next(xy for xy in free if square(xy) == square((sx, sy)))
+        return same, other, other, same
+
+    for paid in _bonus_paid({"coverage_reward": bonus}, visits):
+        assert paid == [0.0, pytest.approx(bonus, abs=1e-12), 0.0, 0.0], paid
     for bad in (-0.1, float("inf")):
         with pytest.raises(ValueError, match="coverage_reward"):
             gym.make("gradleak/PointNav-v0", layouts=[0], coverage_reward=bad)
