@@ -246,7 +246,7 @@ def _decoded_copy(name: str) -> str:
     """``pybullet_data``'s PNG ``name`` as an uncompressed TGA in this process's temp dir (once).
 
     PyBullet decodes an image file at every ``loadTexture``: ``table/table.png`` (1024x768) took 49 ms of the
-    ~110 ms of a layout build that uses it, the same pixels from an uncompressed file about 2 ms. PNG is
+    ~110 ms of a layout build that uses it, the same pixels from an uncompressed file about 11 ms. PNG is
     lossless and both decoders return its 8-bit RGB(A) values unchanged, so every frame is the same bit for bit
     (every layout, both tasks, 64x64 and 84x84: ``benchmarks/bench_layout_build.py --compare``). Any other
     format or mode (a palette, 16 bits, JPEG's lossy decoders) is loaded from the original file, as before.
