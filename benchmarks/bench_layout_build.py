@@ -1,7 +1,7 @@
 """What a new layout costs at reset, and a frame-for-frame check that a faster build draws the same pixels.
 
 A training environment draws a new layout at almost every reset (96 train layouts), and rebuilding the
-apartment was about 30% of a PointNav environment step's CPU time on a random policy (issue 37). This script
+apartment was 16-23% of a PointNav environment's time in issue 37's profile. This script
 times ``reset`` onto a new layout and, to check a change to the build (textures, caches) changed no pixel,
 records and compares frame digests:
 
@@ -15,10 +15,11 @@ bytes); each layout is visited twice, the second time after another layout was b
 build that keeps state between layouts is checked too. Digests depend on this CPU's float rounding: compare
 only against a recording made on the same machine.
 
-``--time`` (default) prints the median CPU milliseconds of ``reset`` onto a layout not built last, over the
-train layouts, and stores it under ``--label`` in ``benchmarks/results/bench_layout_build.json`` (or
-``--out``), beside the other labels' timings (``before`` was main at a75d33b, one pass per label:
-``git stash; python benchmarks/bench_layout_build.py --label before; git stash pop``).
+Without ``--record`` or ``--compare`` it times ``reset`` onto a layout not built last (CPU milliseconds, the
+train layouts ``--repeats`` times) and stores the figures under ``--label`` in
+``benchmarks/results/bench_layout_build.json`` (or ``--out``), beside the other labels'. The committed
+``before`` is main at a75d33b, run from a checkout of it with its own environment (``cd ../before &&
+.venv/bin/python /path/to/this/script --label before --out ...``), one window with ``after``.
 """
 from __future__ import annotations
 
@@ -56,19 +57,22 @@ def frame_digests(task: str, size: int, layouts: list[int]) -> dict[str, str]:
         for layout, visit in order:
             env.reset(seed=1000 * visit + layout, options={"layout_id": layout})
             digest = hashlib.sha256()
-            for action in [None, *ACTIONS[task]]:
-                if action is not None:
-                    _, _, terminated, _, _ = env.step(action)
-                    if terminated:
-                        break
-                view = env.unwrapped._view
-                for array in (view.rgb, view.depth, view.target_mask):
-                    if array is not None:
-                        digest.update(np.ascontiguousarray(array).tobytes())
+            _hash_view(digest, env)
+            for action in ACTIONS[task]:
+                if env.step(action)[2]:  # the goal reached: the episode (and its hashed frames) ends
+                    break
+                _hash_view(digest, env)
             out[f"{layout}/{visit}"] = digest.hexdigest()
     finally:
         env.close()
     return out
+
+
+def _hash_view(digest, env) -> None:
+    view = env.unwrapped._view  # what the camera drew: RGB, metric depth and the target mask where there is one
+    for array in (view.rgb, view.depth, view.target_mask):
+        if array is not None:
+            digest.update(np.ascontiguousarray(array).tobytes())
 
 
 def record(layouts: list[int]) -> dict[str, dict[str, str]]:
@@ -81,7 +85,7 @@ def record(layouts: list[int]) -> dict[str, dict[str, str]]:
     return result
 
 
-def time_resets(repeats: int) -> dict[str, float]:
+def time_resets(repeats: int) -> dict[str, float | int | None]:
     """Median and mean CPU ms of ``reset`` onto a layout other than the one built last (train layouts)."""
     train = list(splits.layouts("train"))
     env = gym.make("gradleak/PointNav-v0", layouts=train, image_size=64, progress_reward=1.0)

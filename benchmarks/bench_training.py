@@ -91,36 +91,32 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _phases(spec, workers: int | None) -> int:
-    """Seconds of ``learn`` spent waiting for the environments, in the rest of the rollouts and in updates."""
+    """Seconds of ``learn`` spent waiting for the environments, in the rest of the rollouts and in updates,
+    with torch's threads set by phase by training's own callback."""
     import torch
 
-    from gradleak_bench.victims.training import _make_model
+    from gradleak_bench.victims.training import _make_model, _PhaseThreads
 
     start = time.perf_counter()
     model = _make_model(spec, workers)
     started = time.perf_counter() - start
     spent = {"env_wait_s": 0.0, "rollouts_s": 0.0, "updates_s": 0.0}
 
-    def timed(function, key, threads=None):
+    def timed(function, key):
         def run(*args, **kwargs):
-            if threads is not None:
-                torch.set_num_threads(threads)  # as training's phase callback sets them
             t = time.perf_counter()
             try:
                 return function(*args, **kwargs)
             finally:
                 spent[key] += time.perf_counter() - t
-                if threads is not None:
-                    torch.set_num_threads(1)
         return run
 
     updates = torch.get_num_threads()
     model.env.step_wait = timed(model.env.step_wait, "env_wait_s")
     model.collect_rollouts = timed(model.collect_rollouts, "rollouts_s")
-    model.train = timed(model.train, "updates_s", updates)
-    torch.set_num_threads(1)
+    model.train = timed(model.train, "updates_s")
     t = time.perf_counter()
-    model.learn(spec.train.total_timesteps)
+    model.learn(spec.train.total_timesteps, callback=_PhaseThreads(updates))
     learn = time.perf_counter() - t
     model.env.close()
     spent["rollouts_other_s"] = spent["rollouts_s"] - spent["env_wait_s"]
@@ -128,7 +124,6 @@ def _phases(spec, workers: int | None) -> int:
                       "learn_s": round(learn, 2), "update_threads": updates,
                       **{k: round(v, 2) for k, v in spent.items()}, "load": os.getloadavg()[0]}))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

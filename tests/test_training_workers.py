@@ -172,4 +172,3 @@ def test_training_counts_the_cpu_time_of_the_learner_and_its_workers(tmp_path):
     learner = time.process_time() - learner0
     cpu = json.loads((tmp_path / "progress.json").read_text())["cpu_seconds"]
     assert cpu > 0.5 * learner and cpu > 0
-
