@@ -702,7 +702,8 @@ SPLIT_IDENTITY = dict(
 VICTIM_VALIDATION = tuple(f"envs/checkpoints/{key}/validation.json" for key in (
     "PointNav/ppo", "PointNav/ppo_compact", "PointNav/a2c", "PointNav/ppo_84", "PointNav/a2c_84",
     "ActivePerception/dqn", "ActivePerception/reinforce", "ActivePerception/reinforce_convdepth",
-    "ActivePerception/dqn_compact", "ActivePerception/dqn_150", "ActivePerception/reinforce_convdepth_150",
+    "ActivePerception/dqn_compact", "ActivePerception/dqn_150", "ActivePerception/reinforce_150",
+    "ActivePerception/reinforce_convdepth_150",
     "PointNavContinuous/ppo_gaussian", "PointNavContinuous/sac"))
 
 # ------------------------------------------------------------------ defenses (docs/defenses.md)

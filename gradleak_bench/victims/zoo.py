@@ -263,7 +263,8 @@ VICTIMS: dict[str, VictimSpec] = {
         # 2.5e-4 both intervals had overlapped random's by a hair, and 120k at 2.5e-4 got worse; lr 1e-4 learned
         _with_learning_rate(_with_steps(_at_paper_resolution(_DQN, "DQN at 150x150: QGI's victim at the QGI/RGI "
                                                                    "paper's resolution"), 60_000), 1e-4),
-        _at_paper_resolution(_REINFORCE, "REINFORCE at 150x150, at init only: RGI's victim at the QGI/RGI "
+        # issue 37: trained at its budget, did not learn (NOT_LEARNED)
+        _at_paper_resolution(_REINFORCE, "REINFORCE at 150x150 on SB3's network: RGI's victim at the QGI/RGI "
                                          "paper's resolution"),
         # issue 37: RGI's victim on the paper's network at the paper's resolution. The 64x64 recipe (and it at lr
         # 1e-4) learned one constant action here: Adam moves a linear layer's output by about lr times its
@@ -305,16 +306,25 @@ NOT_LEARNED: dict[str, str] = {
                               "ppo_gaussian is the trained continuous victim. "
                               "20k SAC steps (30 min) left it at 12.5% val success (3/24), a random policy's; "
                               "a longer run did not fit issue 31's CPU budget",
-    f"ActivePerception/reinforce_{QGI_IMAGE_SIZE}": "reinforce did not learn at 64x64, so its 150x150 twin was "
-                                                   "never trained. "
-                                                   "It is an init-only victim for the QGI/RGI paper gap; "
-                                                   "reinforce_convdepth, which learned, has the 150x150 twin "
-                                                   "reinforce_convdepth_150",
+    f"ActivePerception/reinforce_{QGI_IMAGE_SIZE}": "reinforce's recipe did not learn at 150x150 either (its 200k-step "
+                                                   "budget). "
+                                                   "Issue 37's run (200k steps, 0.95 CPU-hours on one thread): on the "
+                                                   "120 validation episodes 25.8% success [18.8%, 34.3%] (its init: "
+                                                   "23.3%) against a random policy's 15.0% [9.7%, 22.5%], return 3.23 "
+                                                   "[2.36, 4.15] against 1.77 [0.94, 2.66]: the intervals overlap. Its "
+                                                   "learning curve (curve.json, 32 val episodes) goes from 34% at init "
+                                                   "to 22% at 197k steps, and the trained policy's most likely action "
+                                                   "is move_back in all 400 probe states (benchmarks/victim_recipes.py "
+                                                   "--probe): the one constant action reinforce's recipes learned at "
+                                                   "64x64, with the flattened depth's features about 2,400 times the "
+                                                   "box's. Its weights are not committed (27 MB; their sha256 is in "
+                                                   "not_learned/trained.json). On the RGI paper's network REINFORCE "
+                                                   "learned at this resolution: "
+                                                   "ActivePerception/reinforce_convdepth_150",
 }
 """Victims with no published ``trained`` checkpoint, with the reason (its first sentence is the short one
 ``gradleak-bench list`` prints; error messages and the victim card give it whole): their recipe did not learn on
-the project's CPU budget (issue 31: a published ``trained`` checkpoint has measurably learned, docs/tasks.md),
-or they are ``init``-only (``reinforce_150``, never trained).
+the project's CPU budget (issue 31: a published ``trained`` checkpoint has measurably learned, docs/tasks.md).
 ``trained`` still names the spec's budget: ``gradleak-bench train-victim`` trains it into the cache."""
 
 
