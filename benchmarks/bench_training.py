@@ -18,8 +18,9 @@ Whole-process timings, alternated A B A B, "before" run from a checkout of the c
     done
 
 ``--phases`` trains in one process as ``after`` does (``--mode before``: torch's threads left as they are for
-the whole run, as ``before`` ran), without the saves, and prints where the wall time of SB3's ``learn`` went: waiting for the workers' environment steps, the rest of the
-rollouts (the policy's forward pass, SB3's buffer, the hop to the workers), and the policy updates.
+the whole run, as ``before`` ran), without the saves, and prints where the wall time of SB3's ``learn`` went:
+waiting for the workers' environment steps, the rest of the rollouts (the policy's forward pass, SB3's buffer,
+the hop to the workers), and the policy updates.
 
 ``--ceiling`` asks how far any scheduling of the same work on the machine's cores could go. It runs ``--phases``
 in fresh processes, in process (no workers), alternated ``--repeats`` times: with one torch thread throughout
@@ -141,6 +142,7 @@ def _phases(spec, workers: int | None, by_phase: bool = True) -> int:
                       "learn_s": round(learn, 2), "update_threads": updates, "by_phase": by_phase,
                       **{k: round(v, 2) for k, v in spent.items()}, "load": os.getloadavg()[0]}))
     return 0
+
 
 def ceiling(runs: dict[str, list[dict]], cores: int) -> dict[str, float]:
     """The ceiling from ``--ceiling``'s runs (medians): ``ceiling_speedup`` with every phase perfectly shared
