@@ -166,7 +166,9 @@ def _ceiling(args) -> int:
     """Run ``--phases`` in process in fresh processes (see the module's docstring) and print the ceiling."""
     import subprocess
 
-    cores = len(os.sched_getaffinity(0))
+    from gradleak_bench.victims.workers import available_cores
+
+    cores = available_cores()
     configs = {  # name: (mode, OMP_NUM_THREADS or None for torch's default)
         "one_thread": ("after", "1"),  # E + F and U1
         "update_on_every_core": ("after", str(cores)),  # U2
